@@ -1,0 +1,104 @@
+"""Provider-neutral model requests and responses.
+
+These are what the coordinator records as a model-call effect: the request is the intent, the
+response (with its usage and the provider's raw JSON) the outcome. Backends translate them to
+and from their wire formats, always the same way, so equal requests give equal request bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "StopReason",
+    "ToolResult",
+    "ToolSpec",
+    "ToolUse",
+    "Usage",
+    "UserMessage",
+]
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "other"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolUse(_Record):
+    """A tool call made by the model."""
+
+    id: str
+    """The id the provider gave the call; tool results answer it."""
+    name: str
+    arguments: dict[str, Any]
+
+
+class UserMessage(_Record):
+    kind: Literal["user"] = "user"
+    text: str
+
+
+class AssistantMessage(_Record):
+    """A model turn, fed back in later requests."""
+
+    kind: Literal["assistant"] = "assistant"
+    text: str = ""
+    tool_calls: tuple[ToolUse, ...] = ()
+
+
+class ToolResult(_Record):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    """The `ToolUse.id` this result answers."""
+    content: str
+    is_error: bool = False
+    """Only Anthropic's format carries this flag; OpenAI sees the content alone."""
+
+
+Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
+
+
+class ToolSpec(_Record):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema of the arguments object."""
+
+
+class ModelRequest(_Record):
+    model: str
+    system: str = ""
+    """Kept free of timestamps and ids, so forks share the provider's prompt cache."""
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 4096
+    temperature: float | None = None
+    """None leaves the provider's default."""
+
+
+class Usage(_Record):
+    prompt_tokens: int
+    """All prompt tokens, cached ones included (Anthropic's three input counts summed)."""
+    cached_prompt_tokens: int
+    """Prompt tokens read from the provider's prompt cache."""
+    completion_tokens: int
+
+
+class ModelResponse(_Record):
+    text: str
+    tool_calls: tuple[ToolUse, ...] = ()
+    stop_reason: StopReason
+    usage: Usage
+    raw: dict[str, Any]
+    """The provider's response JSON as received, for recording."""
+
+    def as_message(self) -> AssistantMessage:
+        """Returns this turn as a message to append to the next request."""
+        return AssistantMessage(text=self.text, tool_calls=self.tool_calls)

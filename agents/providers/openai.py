@@ -1,0 +1,187 @@
+"""The OpenAI chat-completions backend, through the official `openai` SDK.
+
+Works with any OpenAI-compatible server (vLLM, Ollama, LiteLLM) through `base_url`.
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any, Self
+
+import openai
+
+from ._credentials import api_key_for
+from ._errors import ModelError, status_error, unreachable
+from ._records import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    ToolResult,
+    ToolUse,
+    Usage,
+    UserMessage,
+)
+
+__all__ = ["OpenAIProvider", "parse_response", "request_body"]
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+}
+
+
+class OpenAIProvider:
+    """Sends `ModelRequest`s to `POST {base_url}/chat/completions`."""
+
+    def __init__(
+        self,
+        model: str = "gpt-4o-mini",
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        """Creates the SDK client; it never retries by itself (see `complete_with_retries`).
+
+        Raises:
+            ModelError: no `api_key`, no OPENAI_API_KEY, and `base_url` is not on loopback.
+        """
+        self._model = model
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key_for(api_key, "OPENAI_API_KEY", base_url),
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+        )
+        self.base_url = str(self._client.base_url).rstrip("/")
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Returns the model's reply.
+
+        Raises:
+            ModelError: the server is unreachable or answered an error status.
+        """
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                **request_body(request)
+            )
+        except openai.APIStatusError as error:
+            raise status_error(error, error.status_code, self.base_url) from error
+        except openai.APIConnectionError as error:
+            timed_out = isinstance(error, openai.APITimeoutError)
+            raise unreachable(error, self.base_url, timed_out=timed_out) from error
+        return parse_response(raw.http_response.json())
+
+    async def aclose(self) -> None:
+        """Closes the SDK's connection pool."""
+        await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def request_body(request: ModelRequest) -> dict[str, Any]:
+    """Returns the chat-completions request JSON; equal requests give equal JSON."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            messages.append({"role": "user", "content": message.text})
+        elif isinstance(message, ToolResult):
+            messages.append(
+                {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+            )
+        else:
+            messages.append(_assistant(message))
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        # max_tokens is deprecated, and rejected by OpenAI's reasoning models.
+        "max_completion_tokens": request.max_tokens,
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    return body
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        turn["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                # Compact and in the model's own key order, close to what it generated.
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments, separators=(",", ":")),
+                },
+            }
+            for call in message.tool_calls
+        ]
+    return turn
+
+
+def parse_response(raw: dict[str, Any]) -> ModelResponse:
+    """Returns the neutral response for a chat-completions response JSON.
+
+    Raises:
+        ModelError: the response has no choices or a tool call's arguments are not a JSON object.
+    """
+    choices = raw.get("choices") or []
+    if not choices:
+        raise ModelError(f"model response has no choices: {raw}")
+    message = choices[0].get("message") or {}
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError as error:
+            raise ModelError(
+                f"model sent invalid JSON arguments for tool {function['name']!r}", cause=error
+            ) from error
+        if not isinstance(arguments, dict):
+            raise ModelError(f"model sent non-object arguments for tool {function['name']!r}")
+        calls.append(ToolUse(id=call["id"], name=function["name"], arguments=arguments))
+    usage = raw.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return ModelResponse(
+        text=message.get("content") or "",
+        tool_calls=tuple(calls),
+        stop_reason=_STOP_REASONS.get(choices[0].get("finish_reason") or "", "other"),
+        usage=Usage(
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            cached_prompt_tokens=details.get("cached_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+        ),
+        raw=raw,
+    )

@@ -1,0 +1,207 @@
+"""The coordinator: one state directory, its trace, its scopes and its supervisor.
+
+State directory layout::
+
+    <state>/trace.git   the trace (bare git repository): the only durable truth
+    <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
+    <state>/lock        held while a coordinator has the directory open
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sandboxes
+from sandboxes import Backend, SandboxError, Workspace
+
+from ._effects import Effect
+from ._errors import CorralError, SandboxFailure, StateError, UnknownScope
+from ._events import EventBus
+from ._metrics import Metrics
+from ._policy import Policy, PolicyChain
+from ._scope import Scope
+from ._trace import SCOPE_PREFIX, Trace
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger("corral")
+T = TypeVar("T")
+
+
+class Coordinator:
+    """Open with `async with Coordinator.open(state_dir, repo=..., base=...) as coord`."""
+
+    def __init__(self, state: Path, trace: Trace, backend: Backend, chain: PolicyChain) -> None:
+        self.state = state
+        self.trace = trace
+        self.backend = backend
+        self.chain = chain
+        self.events = EventBus()
+        self.metrics = Metrics()
+        self.scopes: dict[str, Scope] = {}
+        self._pending: dict[str, Effect] = {}
+        # pygit2, file copies and mount calls block: they run on these threads.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="corral-io")
+        self._lockfile: int | None = None
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        repo: str | os.PathLike[str] | None = None,
+        base: str = "HEAD",
+        *,
+        backend: str | None = None,
+        policies: Sequence[Policy] = (),
+        clock: Callable[[], float] | None = None,
+    ) -> AsyncIterator[Coordinator]:
+        """Open (or create) the coordinator state in `state_dir`.
+
+        A new state directory needs `repo` (a local git repository) and imports
+        commit `base` of it as the snapshot. An existing one is reopened: every
+        scope's workspace is rebuilt from its head in the trace. `backend`
+        picks the sandbox ("overlay", "copy"; default: the best available).
+        `clock` (epoch seconds) makes commit ids reproducible.
+
+        Raises StateError when the directory is in use or was made from a
+        different snapshot, NotFound for an unknown repository or commit.
+        """
+        coord = await asyncio.to_thread(
+            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
+        )
+        try:
+            yield coord
+        finally:
+            await coord.close()
+
+    @classmethod
+    def _open_sync(
+        cls,
+        state: Path,
+        repo: str | os.PathLike[str] | None,
+        base: str,
+        backend_name: str | None,
+        policies: Sequence[Policy],
+        clock: Callable[[], float] | None,
+    ) -> Coordinator:
+        state = state.absolute()
+        state.mkdir(parents=True, exist_ok=True)
+        lockfd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(lockfd)
+            raise StateError(f"{state} is in use by another coordinator", cause=e) from e
+        try:
+            trace = Trace(state / "trace.git", clock=clock)
+            snapshot = trace.snapshot()
+            if snapshot is None:
+                if repo is None:
+                    raise StateError(f"{state} holds no snapshot yet: give repo= to create it")
+                snapshot = trace.import_snapshot(Path(repo), base)
+                trace.set_ref(SCOPE_PREFIX + "root", snapshot)
+            elif repo is not None:
+                wanted = Trace.resolve_external(Path(repo), base)
+                if wanted != snapshot:
+                    raise StateError(
+                        f"{state} was created from snapshot {snapshot[:12]}, not {base} of "
+                        f"{repo} ({wanted[:12]}); use another state directory"
+                    )
+            try:
+                backend = sandboxes.choose_backend(state / "ws", backend_name)
+            except SandboxError as e:
+                raise SandboxFailure(str(e), cause=e) from e
+            coord = cls(state, trace, backend, PolicyChain(policies))
+            coord._lockfile = lockfd
+            coord._load_scopes(snapshot)
+            return coord
+        except BaseException:
+            os.close(lockfd)
+            raise
+
+    def _load_scopes(self, snapshot: str) -> None:
+        """Rebuild every live scope's workspace from its head in the trace."""
+        trace = self.trace
+        snap_tree = str(trace.commit(snapshot).tree_id)
+        populate = partial(self._extract_tree, snap_tree)
+        for name in trace.scope_names():
+            head = trace.head(name)
+            assert head is not None
+            ws: Workspace = self.backend.base(snap_tree, populate, name=name)
+            head_tree = str(trace.commit(head).tree_id)
+            fork_point, parent, seq = snapshot, None, 0
+            for entry in trace.walk(head):  # newest first
+                eff = entry.effect
+                assert eff is not None
+                seq = max(seq, eff.seq + 1)
+                if eff.kind == "scope.fork" and eff.scope == name:
+                    fork_point, parent = entry.commit, eff.intent.parent  # type: ignore[union-attr]
+                    break
+            scope = Scope(self, name, ws, head, fork_point, parent, seq)
+            if head_tree != snap_tree:
+                scope._apply_tree_changes(trace.diff_trees(snap_tree, head_tree))
+            self.scopes[name] = scope
+        self.metrics.scope_count(self)
+
+    def _extract_tree(self, tree: str, into: Path) -> None:
+        """Write a tree's files into a directory (the base layer), with git's own
+        archive writer: much faster than blob-by-blob for large checkouts."""
+        archive = subprocess.Popen(
+            ["git", "--git-dir", str(self.trace.path), "archive", "--format=tar", tree],
+            stdout=subprocess.PIPE,
+        )
+        extract = subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout)
+        assert archive.stdout is not None
+        archive.stdout.close()
+        if archive.wait() != 0 or extract.returncode != 0:
+            raise StateError(f"could not extract tree {tree} into {into}")
+
+    async def close(self) -> None:
+        """Release every workspace and mount; the trace stays. Idempotent."""
+        if self._lockfile is None:
+            return
+        self.events.close()
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self.backend.close)
+        finally:
+            self._pool.shutdown(wait=True)
+            os.close(self._lockfile)
+            self._lockfile = None
+
+    # -- access -------------------------------------------------------------------
+
+    @property
+    def root(self) -> Scope:
+        return self.scopes["root"]
+
+    def scope(self, name: str) -> Scope:
+        """The live scope `name`; raises UnknownScope."""
+        scope = self.scopes.get(name)
+        if scope is None or scope.discarded:
+            raise UnknownScope(f"no scope named {name!r}")
+        return scope
+
+    def log(self, scope: Scope | str) -> list[Effect]:
+        """The effects on a scope's branch, oldest first (blocking read of the trace)."""
+        s = self.scope(scope) if isinstance(scope, str) else scope
+        return [e.effect for e in self.trace.log(s.head) if e.effect is not None]
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking work (git, files, mounts) on the coordinator's threads."""
+        if self._lockfile is None:
+            raise CorralError("the coordinator is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))

@@ -1,0 +1,319 @@
+"""Effects: every interaction of an agent with the world, as a typed record.
+
+An effect pairs an *intent* (what was asked, a tagged union on `kind`) with the
+supervisor's *decision* and the *outcome* (what happened). Records are frozen
+pydantic models written into trace commits as JSON; `FORMAT_VERSION` is bumped
+when the on-disk shape changes. Large payloads (file contents, command output,
+model requests) are git blobs referenced by their hex id, so commits stay small.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Decision",
+    "Effect",
+    "Exec",
+    "ExecOutcome",
+    "FileChange",
+    "FsDelete",
+    "FsOutcome",
+    "FsPatch",
+    "FsWrite",
+    "Intent",
+    "MergeOutcome",
+    "Message",
+    "ModelCall",
+    "ModelOutcome",
+    "NoOutcome",
+    "Outcome",
+    "ScopeDiscard",
+    "ScopeFork",
+    "ScopeMerge",
+    "ScopeRewind",
+    "Status",
+    "SupervisorAction",
+    "ToolCall",
+    "ToolOutcome",
+    "Usage",
+    "Verdict",
+]
+
+FORMAT_VERSION = 1
+
+Status = Literal["pending", "allowed", "blocked", "rewritten", "materialized", "failed"]
+"""pending: proposed, not decided. allowed/rewritten: decided, not yet durable.
+materialized: committed. blocked: refused by the policy chain (nothing touched
+the workspace). failed: allowed but could not be carried out."""
+
+Verdict = Literal["allow", "block", "rewrite", "defer", "rewind", "handoff", "inject", "discard"]
+
+MergeStrategy = Literal["fail", "ours", "theirs", "union"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- intents ------------------------------------------------------------------
+
+
+class FileChange(_Record):
+    """One path's new state: a blob with a git mode, or deleted (blob None)."""
+
+    path: str
+    blob: str | None
+    mode: int = 0o100644
+
+
+class FsWrite(_Record):
+    kind: Literal["fs.write"] = "fs.write"
+    path: str
+    blob: str
+    """Hex id of the blob holding the new content."""
+    mode: int = 0o100644
+
+
+class FsPatch(_Record):
+    kind: Literal["fs.patch"] = "fs.patch"
+    path: str
+    diff: str
+    """Blob id of the unified diff as given."""
+    blob: str
+    """Blob id of the file after the diff is applied (computed at proposal)."""
+    mode: int = 0o100644
+
+
+class FsDelete(_Record):
+    kind: Literal["fs.delete"] = "fs.delete"
+    path: str
+
+
+class Exec(_Record):
+    kind: Literal["exec"] = "exec"
+    argv: tuple[str, ...]
+    timeout: float
+    network: bool = False
+    changes: tuple[FileChange, ...] | None = None
+    """None when the command is asked to run; the files it changed when its
+    outcome is asked to be applied (the second review of a transactional exec)."""
+
+
+class ModelCall(_Record):
+    kind: Literal["model.call"] = "model.call"
+    provider: str
+    model: str
+    request: str
+    """Blob id of the exact provider-neutral request (canonical JSON)."""
+    attempt: int = 1
+
+
+class ToolCall(_Record):
+    kind: Literal["tool.call"] = "tool.call"
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = None
+
+
+class Message(_Record):
+    kind: Literal["message"] = "message"
+    to: str
+    text: str
+    sender: str | None = None
+
+
+class ScopeFork(_Record):
+    kind: Literal["scope.fork"] = "scope.fork"
+    child: str
+    parent: str
+    at: str
+    """The parent's head commit: the child's fork point."""
+    backend: str = ""
+
+
+class ScopeRewind(_Record):
+    kind: Literal["scope.rewind"] = "scope.rewind"
+    to: str
+    head: str
+    """The head that was rewound away from (kept under an archive ref)."""
+
+
+class ScopeMerge(_Record):
+    kind: Literal["scope.merge"] = "scope.merge"
+    other: str
+    other_head: str
+    strategy: MergeStrategy = "fail"
+
+
+class ScopeDiscard(_Record):
+    kind: Literal["scope.discard"] = "scope.discard"
+    archive: str
+    """The archive ref the scope's branch moves to."""
+
+
+class SupervisorAction(_Record):
+    """A control decision taken by a supervisor (rewind, handoff, inject, discard)."""
+
+    kind: Literal["decision"] = "decision"
+    action: Literal["rewind", "handoff", "inject", "discard", "noop"]
+    target: str
+    """The scope acted on."""
+    detail: dict[str, Any] = Field(default_factory=dict)
+    about: str | None = None
+    """Id of the effect this decision answers, if any."""
+
+
+Intent = Annotated[
+    FsWrite
+    | FsPatch
+    | FsDelete
+    | Exec
+    | ModelCall
+    | ToolCall
+    | Message
+    | ScopeFork
+    | ScopeRewind
+    | ScopeMerge
+    | ScopeDiscard
+    | SupervisorAction,
+    Field(discriminator="kind"),
+]
+
+
+# -- decisions ----------------------------------------------------------------
+
+
+class Decision(_Record):
+    """What the policy chain said about an intent."""
+
+    verdict: Verdict
+    reason: str = ""
+    """Shown to the agent when the intent is blocked or deferred."""
+    policy: str = "default"
+    """Name of the policy that decided; "default" when every policy abstained."""
+    rewritten: Intent | None = None
+    until: str | None = None
+    """For defer: the scope whose merge the intent waits for."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict in ("allow", "rewrite")
+
+
+# -- outcomes -----------------------------------------------------------------
+
+
+class FsOutcome(_Record):
+    kind: Literal["fs"] = "fs"
+    changes: tuple[FileChange, ...] = ()
+    ignored: tuple[str, ...] = ()
+    """Paths written to the workspace but not recorded (matched by .gitignore)."""
+
+
+class ExecOutcome(_Record):
+    kind: Literal["exec"] = "exec"
+    returncode: int
+    stdout: str
+    """Blob id of the command's standard output."""
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+    changes: tuple[FileChange, ...] = ()
+    ignored: tuple[str, ...] = ()
+
+
+class Usage(_Record):
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ModelOutcome(_Record):
+    kind: Literal["model"] = "model"
+    response: str
+    """Blob id of the provider-neutral response (canonical JSON)."""
+    usage: Usage = Usage()
+    replayed: bool = False
+
+
+class ToolOutcome(_Record):
+    kind: Literal["tool"] = "tool"
+    result: str
+    """Blob id of the tool's result text."""
+    is_error: bool = False
+
+
+class MergeOutcome(_Record):
+    kind: Literal["merge"] = "merge"
+    base: str
+    conflicts: tuple[str, ...] = ()
+    """Conflicting paths (resolved by the strategy, or the reason the merge failed)."""
+    changes: tuple[FileChange, ...] = ()
+
+
+class NoOutcome(_Record):
+    kind: Literal["none"] = "none"
+
+
+Outcome = Annotated[
+    FsOutcome | ExecOutcome | ModelOutcome | ToolOutcome | MergeOutcome | NoOutcome,
+    Field(discriminator="kind"),
+]
+
+
+# -- the effect ---------------------------------------------------------------
+
+
+class Effect(_Record):
+    """One recorded interaction: intent, decision, outcome, and where it sits."""
+
+    v: Literal[1] = FORMAT_VERSION
+    id: str
+    """`<scope>#<seq>`: deterministic, so replayed runs produce identical records."""
+    scope: str
+    seq: int
+    parent: str | None
+    """The scope's head commit when the intent was proposed."""
+    cause: str | None = None
+    """Id of the effect (or supervisor decision) that led to this one."""
+    status: Status
+    intent: Intent
+    decision: Decision | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.intent.kind
+
+    def summary(self) -> str:
+        """One line for commit subjects and logs."""
+        i = self.intent
+        detail: str
+        match i:
+            case FsWrite() | FsPatch() | FsDelete():
+                detail = i.path
+            case Exec():
+                detail = " ".join(i.argv)[:80]
+            case ModelCall():
+                detail = f"{i.provider}/{i.model}"
+            case ToolCall():
+                detail = i.tool
+            case Message():
+                detail = f"to {i.to}"
+            case ScopeFork():
+                detail = f"{i.child} from {i.parent}"
+            case ScopeRewind():
+                detail = f"to {i.to[:12]}"
+            case ScopeMerge():
+                detail = f"{i.other} ({i.strategy})"
+            case ScopeDiscard():
+                detail = i.archive
+            case SupervisorAction():
+                detail = f"{i.action} {i.target}"
+        mark = "" if self.status == "materialized" else f" [{self.status}]"
+        return f"{i.kind} {detail}{mark}"

@@ -1,0 +1,338 @@
+"""The trace: a bare git repository holding the snapshot and every scope's history.
+
+A scope is the ref `refs/corral/scopes/<name>`; a materialized (or blocked)
+effect is a commit on it whose tree is the workspace after the effect and whose
+message is a summary line, a blank line, and the effect record as JSON. Trees
+are built incrementally from the parent's tree and the changed paths only.
+
+pygit2 objects are not shared between threads: each thread opens its own
+`Repository` on the same directory (libgit2 is safe used that way).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from ._effects import Effect
+from ._errors import NotFound, StateError
+
+__all__ = ["ARCHIVE_PREFIX", "SCOPE_PREFIX", "Trace", "TreeChanges", "TraceEntry"]
+
+SCOPE_PREFIX = "refs/corral/scopes/"
+ARCHIVE_PREFIX = "refs/corral/archive/"
+SNAPSHOT_REF = "refs/corral/snapshot"
+TREE_MODE = 0o040000
+
+# path -> (blob hex id, git mode), or None for a deletion
+TreeChanges = Mapping[str, tuple[str, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One commit of a scope's branch with its decoded effect (None for the snapshot)."""
+
+    commit: str
+    parents: tuple[str, ...]
+    tree: str
+    effect: Effect | None
+    subject: str
+
+
+class Trace:
+    """Thread-safe access to the trace repository at `path` (a bare git dir)."""
+
+    def __init__(self, path: Path, *, author: str = "corral", clock: object = None) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._clock = clock  # callable returning an int epoch; None = wall clock
+        self._author = author
+        if not (path / "HEAD").exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            repo = pygit2.init_repository(str(path), bare=True)
+            # Blobs referenced only from effect records (payloads, blocked writes)
+            # are unreachable by design: never let gc prune them.
+            repo.config["gc.auto"] = 0
+            repo.config["gc.pruneExpire"] = "never"
+            repo.config["core.logAllRefUpdates"] = True
+
+    # -- plumbing -------------------------------------------------------------
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        """This thread's repository handle."""
+        repo = getattr(self._local, "repo", None)
+        if repo is None:
+            repo = pygit2.Repository(str(self.path))
+            self._local.repo = repo
+        return repo
+
+    def _signature(self) -> pygit2.Signature:
+        if self._clock is None:
+            return pygit2.Signature(self._author, "corral@localhost")
+        return pygit2.Signature(self._author, "corral@localhost", int(self._clock()), 0)  # type: ignore[operator]
+
+    # -- snapshot -------------------------------------------------------------
+
+    @staticmethod
+    def resolve_external(source: Path, rev: str) -> str:
+        """The commit id `rev` names in the repository at `source`; raises NotFound."""
+        try:
+            src = pygit2.Repository(str(source))
+        except pygit2.GitError as e:
+            raise NotFound(f"{source} is not a git repository", cause=e) from e
+        try:
+            return str(src.revparse_single(rev).peel(pygit2.Commit).id)
+        except (KeyError, ValueError, pygit2.GitError) as e:
+            raise NotFound(f"no commit {rev!r} in {source}", cause=e) from e
+
+    def import_snapshot(self, source: Path, rev: str) -> str:
+        """Copy commit `rev` of the repository at `source` (and its history) into
+        the trace. Returns the commit id. Raises NotFound for an unknown rev."""
+        sha = self.resolve_external(source, rev)
+        if sha not in self.repo:
+            # git's own transport copies exactly the needed objects, packed.
+            proc = subprocess.run(
+                ["git", "--git-dir", str(self.path), "fetch", "--quiet", "--no-tags",
+                 str(Path(source).resolve()), sha],
+                capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                raise StateError(f"could not import {rev} from {source}: {proc.stderr.strip()}")
+        self.set_ref(SNAPSHOT_REF, sha)
+        return sha
+
+    def snapshot(self) -> str | None:
+        ref = self.repo.references.get(SNAPSHOT_REF)
+        return str(ref.target) if ref is not None else None
+
+    # -- objects --------------------------------------------------------------
+
+    def write_blob(self, data: bytes) -> str:
+        return str(self.repo.create_blob(data))
+
+    def blob(self, oid: str) -> bytes:
+        try:
+            obj = self.repo[oid]
+        except (KeyError, ValueError) as e:
+            raise NotFound(f"no blob {oid}", cause=e) from e
+        if obj.type != ObjectType.BLOB:
+            raise NotFound(f"{oid} is not a blob")
+        return obj.read_raw()
+
+    def commit(self, rev: str) -> pygit2.Commit:
+        """Resolve a commit id (full or abbreviated) or ref; raises NotFound."""
+        try:
+            return self.repo.revparse_single(rev).peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError) as e:
+            raise NotFound(f"unknown commit {rev!r}", cause=e) from e
+
+    def tree_of(self, commit: str) -> pygit2.Tree:
+        return self.commit(commit).tree
+
+    def entry(self, tree: pygit2.Tree, path: str) -> pygit2.Object | None:
+        try:
+            return tree[path]
+        except KeyError:
+            return None
+
+    def read(self, commit: str, path: str) -> bytes:
+        obj = self.entry(self.tree_of(commit), path)
+        if obj is None or obj.type != ObjectType.BLOB:
+            raise NotFound(f"no file {path!r} at {commit[:12]}")
+        return obj.read_raw()
+
+    # -- trees ----------------------------------------------------------------
+
+    def build_tree(self, base: str | None, changes: TreeChanges) -> str:
+        """The tree `base` with `changes` applied. Cost follows the changed paths:
+        only the directories on their way are rewritten."""
+        repo = self.repo
+        nested: dict[str, object] = {}
+        for path, new in changes.items():
+            parts = path.split("/")
+            node = nested
+            for part in parts[:-1]:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    child = {}
+                    node[part] = child
+                node = child
+            node[parts[-1]] = new
+        base_tree = repo[base] if base else None
+        oid = self._build(base_tree, nested)
+        if oid is None:
+            oid = repo.TreeBuilder().write()
+        return str(oid)
+
+    def _build(self, tree: pygit2.Tree | None, nested: dict[str, object]) -> pygit2.Oid | None:
+        repo = self.repo
+        builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+        for name, new in nested.items():
+            existing = builder.get(name)
+            if isinstance(new, dict):
+                sub = None
+                if existing is not None and existing.filemode == TREE_MODE:
+                    sub = repo[existing.id]
+                oid = self._build(sub, new)
+                if oid is None:
+                    if existing is not None:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, oid, TREE_MODE)
+            elif new is None:
+                if existing is not None:
+                    builder.remove(name)
+            else:
+                blob, mode = new  # type: ignore[misc]
+                builder.insert(name, pygit2.Oid(hex=blob), mode)
+        if len(builder) == 0:
+            return None
+        return builder.write()
+
+    def diff_trees(self, old: str, new: str) -> dict[str, tuple[str, int] | None]:
+        """Paths that differ from tree `old` to tree `new` (cost follows the change)."""
+        repo = self.repo
+        out: dict[str, tuple[str, int] | None] = {}
+        if old == new:
+            return out
+        diff = repo.diff(repo[old], repo[new])
+        for delta in diff.deltas:
+            if delta.status_char() == "D":
+                out[delta.old_file.path] = None
+            else:
+                if delta.status_char() == "T" or delta.old_file.path != delta.new_file.path:
+                    out.setdefault(delta.old_file.path, None)
+                out[delta.new_file.path] = (str(delta.new_file.id), delta.new_file.mode)
+        return out
+
+    def iter_files(self, tree: str) -> Iterator[tuple[str, str, int]]:
+        """Every file of a tree as (path, blob id, mode)."""
+        stack: list[tuple[str, pygit2.Tree]] = [("", self.repo[tree])]
+        while stack:
+            prefix, t = stack.pop()
+            for e in t:
+                p = prefix + e.name
+                if e.filemode == TREE_MODE:
+                    stack.append((p + "/", self.repo[e.id]))
+                elif e.filemode != 0o160000:  # submodules have no content here
+                    yield p, str(e.id), e.filemode
+
+    # -- commits and refs -----------------------------------------------------
+
+    def commit_effect(
+        self, effect: Effect, tree: str, parents: Iterable[str], *, ref: str | None = None
+    ) -> str:
+        """Write the commit for `effect` and move `ref` (default: the effect's
+        scope) to it. Returns the commit id. The ref moves last: the effect is
+        durable exactly when this returns."""
+        repo = self.repo
+        message = f"{effect.summary()}\n\n{effect.model_dump_json()}\n"
+        sig = self._signature()
+        oid = repo.create_commit(
+            None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+        )
+        repo.references.create(ref or SCOPE_PREFIX + effect.scope, oid, force=True)
+        return str(oid)
+
+    def head(self, scope: str) -> str | None:
+        ref = self.repo.references.get(SCOPE_PREFIX + scope)
+        return str(ref.target) if ref is not None else None
+
+    def set_ref(self, name: str, commit: str) -> None:
+        self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
+
+    def delete_ref(self, name: str) -> None:
+        ref = self.repo.references.get(name)
+        if ref is not None:
+            ref.delete()
+
+    def scope_names(self) -> list[str]:
+        return sorted(
+            r[len(SCOPE_PREFIX):] for r in self.repo.references if r.startswith(SCOPE_PREFIX)
+        )
+
+    def refs(self, prefix: str) -> list[str]:
+        return sorted(r for r in self.repo.references if r.startswith(prefix))
+
+    def entry_of(self, commit: pygit2.Commit) -> TraceEntry:
+        subject, _, body = commit.message.partition("\n\n")
+        effect = None
+        body = body.strip()
+        if body.startswith("{"):
+            try:
+                effect = Effect.model_validate_json(body)
+            except ValueError:
+                effect = None
+        return TraceEntry(
+            commit=str(commit.id),
+            parents=tuple(str(p) for p in commit.parent_ids),
+            tree=str(commit.tree_id),
+            effect=effect,
+            subject=subject.strip(),
+        )
+
+    def show(self, rev: str) -> TraceEntry:
+        """The commit `rev` with its effect record. Raises NotFound."""
+        return self.entry_of(self.commit(rev))
+
+    def walk(self, head: str) -> Iterator[TraceEntry]:
+        """First-parent history from `head` back to (and excluding) the snapshot's
+        own history: newest first, Corral commits only."""
+        commit: pygit2.Commit | None = self.commit(head)
+        while commit is not None:
+            entry = self.entry_of(commit)
+            if entry.effect is None:
+                return
+            yield entry
+            commit = commit.parents[0] if commit.parent_ids else None
+
+    def log(self, head: object) -> list[TraceEntry]:
+        """Effects on the first-parent line ending at `head` (a commit id, or a
+        scope: its head), oldest first."""
+        return list(reversed(list(self.walk(str(getattr(head, "head", head))))))
+
+    def last_writer(self, head: str, stop: str, path: str) -> str | None:
+        """The effect commit that wrote `path` as it is at `head`, looking back
+        to `stop` (excluded). Through a merge commit that took the path from its
+        other parent, the search follows that parent: the writer is the agent's
+        effect, not the merge."""
+        commit = self.commit(head)
+        stop_oid = pygit2.Oid(hex=stop)
+        while commit.id != stop_oid and commit.parent_ids:
+            here = self._path_id(commit.tree, path)
+            parent = commit.parents[0]
+            if here != self._path_id(parent.tree, path):
+                for other in commit.parents[1:]:
+                    if self._path_id(other.tree, path) == here:
+                        commit = other
+                        break
+                else:
+                    return str(commit.id)
+                continue
+            commit = parent
+        return None
+
+    @staticmethod
+    def _path_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
+        try:
+            return tree[path].id
+        except KeyError:
+            return None
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        oid = self.repo.merge_base(pygit2.Oid(hex=a), pygit2.Oid(hex=b))
+        return str(oid) if oid is not None else None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        if ancestor == descendant:
+            return True
+        return bool(
+            self.repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor))
+        )

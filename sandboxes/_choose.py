@@ -1,0 +1,47 @@
+"""Picking a backend: overlay where mounts are allowed, else copy."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from ._base import Backend, BackendUnavailable
+from .copy import CopyBackend
+from .overlay import OverlayBackend
+
+__all__ = ["backends", "choose_backend"]
+
+log = logging.getLogger("corral.sandboxes")
+
+backends: dict[str, type[Backend]] = {
+    OverlayBackend.name: OverlayBackend,
+    CopyBackend.name: CopyBackend,
+}
+"""Every backend by name, in order of preference."""
+
+
+def choose_backend(root: Path, prefer: str | None = None) -> Backend:
+    """A backend owning `root`: `prefer` when given, else the first that works here.
+
+    Raises BackendUnavailable (with the reason) when `prefer` cannot run here,
+    and KeyError for an unknown name. Falling back from overlay to copy logs
+    and warns once with the reason.
+    """
+    if prefer is not None:
+        cls = backends[prefer]
+        reason = cls.unavailable_reason()
+        if reason is not None:
+            raise BackendUnavailable(prefer, reason)
+        return cls(root)
+    skipped: list[str] = []
+    for name, cls in backends.items():
+        reason = cls.unavailable_reason()
+        if reason is None:
+            if skipped:
+                message = f"sandbox backend {name!r} in use: {'; '.join(skipped)}"
+                log.warning(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            return cls(root)
+        skipped.append(f"{name!r} unavailable ({reason})")
+    raise BackendUnavailable("any", "; ".join(skipped))

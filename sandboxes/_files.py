@@ -1,0 +1,186 @@
+"""Files as git sees them: (mode, data) per path, and writing changes into a tree."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ._base import MODE_EXEC, MODE_FILE, MODE_LINK, Change
+
+__all__ = [
+    "apply_changes",
+    "ensure_base",
+    "git_mode",
+    "leaves",
+    "read_entry",
+    "remove_path",
+    "snapshot_files",
+]
+
+Entry = tuple[int, bytes]
+"""(git mode, data): file content, or the target for a symlink."""
+
+
+def git_mode(st: os.stat_result) -> int | None:
+    """The git mode of a lstat result, or None for what git does not track
+    (directories, devices, fifos, sockets)."""
+    if stat.S_ISLNK(st.st_mode):
+        return MODE_LINK
+    if stat.S_ISREG(st.st_mode):
+        # git keeps one bit: owner-executable
+        return MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
+    return None
+
+
+def read_entry(path: Path, st: os.stat_result | None = None) -> Entry | None:
+    """(mode, data) of the file or symlink at `path`; None when absent or untracked."""
+    try:
+        st = st or os.lstat(path)
+        mode = git_mode(st)
+        if mode == MODE_LINK:
+            return mode, os.fsencode(os.readlink(path))
+        if mode is not None:
+            return mode, path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return None
+
+
+def leaves(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
+    """Every file and symlink at or below `root/rel` (symlinks not followed), as
+    (POSIX path relative to `root`, lstat result). Nothing when absent."""
+    try:
+        st = os.lstat(root / rel) if rel else os.lstat(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        if rel and git_mode(st) is not None:
+            yield rel, st
+        return
+    stack = [rel]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(root / current))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            sub = f"{current}/{entry.name}" if current else entry.name
+            est = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(est.st_mode):
+                stack.append(sub)
+            elif git_mode(est) is not None:
+                yield sub, est
+
+
+def snapshot_files(root: Path) -> dict[str, Entry]:
+    """Every tracked file below `root`: POSIX relative path -> (git mode, data)."""
+    out = {}
+    for rel, st in leaves(root):
+        entry = read_entry(root / rel, st)
+        if entry is not None:
+            out[rel] = entry
+    return dict(sorted(out.items()))
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever is at `path` (file, symlink, whiteout or whole directory)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _make_parents(root: Path, rel: str) -> None:
+    parent = root
+    for part in rel.split("/")[:-1]:
+        parent = parent / part
+        try:
+            st = os.lstat(parent)
+        except FileNotFoundError:
+            os.mkdir(parent)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            # a file or symlink where a directory is needed: the change replaces it
+            os.unlink(parent)
+            os.mkdir(parent)
+
+
+def _parents_are_dirs(root: Path, rel: str) -> bool:
+    # never follow a symlinked parent out of `root`
+    parent = root
+    for part in rel.split("/")[:-1]:
+        parent = parent / part
+        try:
+            if not stat.S_ISDIR(os.lstat(parent).st_mode):
+                return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _prune(root: Path, rel: str) -> None:
+    parts = rel.split("/")[:-1]
+    while parts:
+        try:
+            os.rmdir(root.joinpath(*parts))
+        except OSError:
+            return
+        parts.pop()
+
+
+def _check(rel: str) -> str:
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"change path must be relative and normalized: {rel!r}")
+    return rel
+
+
+def apply_changes(root: Path, changes: Iterable[Change]) -> None:
+    """Make `root` hold each change: write files (replacing whatever is at the
+    path, directory or symlink included), set the exec bit, create symlinks,
+    delete paths and prune directories left empty.
+
+    Raises ValueError for a path that is absolute or leaves `root`.
+    """
+    for change in changes:
+        rel = _check(change.path)
+        target = root / rel
+        if change.data is None:
+            if _parents_are_dirs(root, rel):
+                remove_path(target)
+            _prune(root, rel)
+            continue
+        _make_parents(root, rel)
+        remove_path(target)
+        if change.mode == MODE_LINK:
+            os.symlink(os.fsdecode(change.data), target)
+            continue
+        # written before chmod so a umask cannot leave the exec bit out
+        target.write_bytes(change.data)
+        os.chmod(target, 0o755 if change.mode == MODE_EXEC else 0o644)
+
+
+def ensure_base(bases: Path, key: str, populate: Callable[[Path], None]) -> Path:
+    """The base layer directory for `key` under `bases`, built by `populate` if it
+    is not complete yet. A marker file written after `populate` returns makes a
+    half-built layer (crash, exception) be rebuilt next time.
+    """
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    layer, marker = bases / digest, bases / f"{digest}.done"
+    if marker.exists():
+        return layer
+    if layer.exists():
+        shutil.rmtree(layer)
+    layer.mkdir(parents=True)
+    populate(layer)
+    marker.write_text(key)
+    return layer

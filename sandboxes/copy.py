@@ -1,0 +1,169 @@
+"""Plain-directory workspaces: every fork and every run is a full copy.
+
+Works anywhere (no mount privileges); fork and run cost grows with the tree.
+Layout under `root`: B/<hash> (+ .done) base layers, W/<n> workspaces,
+R/<n> a run's scratch copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from ._base import Backend, Change, ExecResult, SandboxError, Workspace
+from ._exec import run_isolated
+from ._files import ensure_base, leaves, read_entry
+
+__all__ = ["CopyBackend"]
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)
+
+
+class CopyWorkspace(Workspace):
+    """A workspace that is an ordinary directory."""
+
+    def __init__(self, backend: CopyBackend, name: str, source: Path) -> None:
+        self._backend = backend
+        self.name = name
+        self._id = backend._next_id()
+        self.path = backend.root / "W" / self._id
+        self._discarded = False
+        _copy_tree(source, self.path)
+
+    def _check_live(self) -> None:
+        if self._discarded:
+            raise SandboxError(f"workspace {self.name!r} was discarded")
+
+    def fork(self, name: str) -> CopyWorkspace:
+        """A child holding a copy of this workspace's files now."""
+        self._check_live()
+        return self._backend._workspace(name, self.path)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+    ) -> ExecResult:
+        """Run `argv` in a scratch copy of this workspace; returns its changes
+        (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
+        self._check_live()
+        backend = self._backend
+        scratch = backend.root / "R" / backend._next_id()
+        try:
+            _copy_tree(self.path, scratch)
+            # ctime cannot be set from user space: an unchanged (inode, ctime)
+            # proves a file untouched without reading it
+            before = {rel: (st.st_ino, st.st_ctime_ns) for rel, st in leaves(scratch)}
+            done = run_isolated(
+                scratch, argv, timeout=timeout, env=env, network=network, hide=[backend.root]
+            )
+            changes = _diff(self.path, scratch, before)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return ExecResult(
+            returncode=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            changes=tuple(changes),
+            timed_out=done.timed_out,
+            duration_s=done.duration_s,
+            meta={"backend": "copy"},
+        )
+
+    def discard(self) -> None:
+        """Delete this workspace's directory. Idempotent."""
+        if self._discarded:
+            return
+        self._discarded = True
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._backend._forget_workspace(self)
+
+    @property
+    def layer_bytes(self) -> int:
+        """Bytes of every file in the workspace (a copy owns all of them)."""
+        return sum(st.st_size for _, st in leaves(self.path))
+
+
+def _diff(old: Path, new: Path, before: dict[str, tuple[int, int]]) -> list[Change]:
+    """Changes turning `old` into `new`; `before` holds (inode, ctime) of `new`'s
+    files when they still equalled `old`'s."""
+    out: dict[str, Change] = {}
+    seen = set()
+    for rel, st in leaves(new):
+        seen.add(rel)
+        if before.get(rel) == (st.st_ino, st.st_ctime_ns):
+            continue
+        entry = read_entry(new / rel, st)
+        if entry is not None and entry != read_entry(old / rel):
+            out[rel] = Change(rel, entry[1], entry[0])
+    for rel in before.keys() - seen:
+        out[rel] = Change(rel, None)
+    return [out[k] for k in sorted(out)]
+
+
+class CopyBackend(Backend):
+    """Workspaces as plain directory copies: slow fork, no privileges needed."""
+
+    name: ClassVar[str] = "copy"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Always None: copying files works everywhere."""
+        return None
+
+    def __init__(self, root: Path) -> None:
+        """Own `root`, deleting workspaces and scratch copies left by an earlier run."""
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._live: dict[str, CopyWorkspace] = {}
+        self._closed = False
+        for d in ("W", "R"):
+            shutil.rmtree(self.root / d, ignore_errors=True)
+            (self.root / d).mkdir()
+        (self.root / "B").mkdir(exist_ok=True)
+
+    def base(self, key: str, populate: Callable[[Path], None], name: str = "root") -> Workspace:
+        """A workspace holding a copy of the base layer for `key` (built once)."""
+        with self._lock:
+            layer = ensure_base(self.root / "B", key, populate)
+        return self._workspace(name, layer)
+
+    def close(self) -> None:
+        """Discard every workspace. Idempotent."""
+        for ws in list(self._live.values()):
+            ws.discard()
+        self._closed = True
+
+    def _next_id(self) -> str:
+        with self._lock:
+            return format(next(self._ids), "x")
+
+    def _workspace(self, name: str, source: Path) -> CopyWorkspace:
+        if self._closed:
+            raise SandboxError("backend is closed")
+        try:
+            ws = CopyWorkspace(self, name, source)
+        except OSError as err:
+            raise SandboxError(f"cannot copy workspace {name!r}", cause=err) from err
+        with self._lock:
+            self._live[ws._id] = ws
+        return ws
+
+    def _forget_workspace(self, ws: CopyWorkspace) -> None:
+        with self._lock:
+            self._live.pop(ws._id, None)
+
+    def __repr__(self) -> str:
+        return f"CopyBackend({os.fspath(self.root)!r})"

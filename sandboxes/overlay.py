@@ -1,0 +1,332 @@
+"""Kernel overlayfs workspaces: a frozen layer per fork point, a fresh upper per scope.
+
+Layout under `root` (names short: mount data is limited to one page)::
+
+    B/<hash>, B/<hash>.done   base layers, kept across runs (marker = complete)
+    L/<n>                     frozen layers, shared, reference-counted
+    U/<n>  W/<n>.<gen>  M/<n> a workspace's upper, workdir (fresh per mount), mount point
+    R/<n>/{u,w,m}             a run's throwaway child layer over M/<n>
+
+Every mount is `volatile` (umount without syncfs: ~0.1 ms instead of ~140 ms on
+ext4); after a crash workspaces are rebuilt from the trace, never from disk.
+Past one page of options the mount goes through fsconfig's `lowerdir+`
+(kernel >= 6.8); past SQUASH_AT frozen layers a fork squashes them into one.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from ._base import Backend, ExecResult, SandboxError, Workspace
+from ._exec import run_isolated
+from ._files import ensure_base, leaves
+from ._layers import copy_layer, squash_layers, upper_changes
+from ._mount import MountError, is_busy, mount_overlay, mounts_under, umount
+
+__all__ = ["OverlayBackend"]
+
+SQUASH_AT = 128
+"""Frozen layers a workspace may stack before a fork squashes them into one
+(overlayfs allows 500 lowers, and lookups slow down as the stack deepens)."""
+
+_STATE_DIRS = ("L", "U", "W", "M", "R")
+
+
+class OverlayWorkspace(Workspace):
+    """A workspace mounted as overlay(lowers, upper) at a fixed path."""
+
+    def __init__(self, backend: OverlayBackend, name: str, lowers: tuple[Path, ...]) -> None:
+        self._backend = backend
+        self.name = name
+        self._id = backend._next_id()
+        self._gen = itertools.count()
+        self._lowers = lowers
+        self.upper = backend.root / "U" / self._id
+        self.path = backend.root / "M" / self._id
+        self._work: Path | None = None
+        self._discarded = False
+        self.upper.mkdir()
+        self.path.mkdir()
+        self._mount()
+
+    @property
+    def lowers(self) -> tuple[Path, ...]:
+        """The read-only layers under this workspace, topmost first."""
+        return self._lowers
+
+    def _mount(self) -> None:
+        self._work = self._backend.root / "W" / f"{self._id}.{next(self._gen)}"
+        self._work.mkdir()
+        mount_overlay(self.path, self._lowers, self.upper, self._work)
+
+    def _drop_work(self) -> None:
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+    def _check_live(self) -> None:
+        if self._discarded:
+            raise SandboxError(f"workspace {self.name!r} was discarded")
+
+    def fork(self, name: str) -> OverlayWorkspace:
+        """A child over this workspace's current state. Freezes the upper into a
+        shared layer when nothing uses the mount; when a process does (umount
+        says EBUSY) the child gets a copy of the upper and this mount stays."""
+        self._check_live()
+        backend = self._backend
+        if not any(os.scandir(self.upper)):
+            return backend._workspace(name, self._lowers)
+        try:
+            umount(self.path)
+        except MountError as err:
+            if not is_busy(err):
+                raise SandboxError(f"cannot freeze workspace {self.name!r}", cause=err) from err
+            layer = backend._new_layer(lambda dst: copy_layer(self.upper, dst))
+            return backend._workspace(name, (layer, *self._lowers), owned=(layer,))
+        self._drop_work()
+        layer = backend._new_layer(lambda dst: os.rename(self.upper, dst))
+        created = [layer]
+        old_lowers = self._lowers
+        new_lowers = (layer, *old_lowers)
+        frozen = [p for p in new_lowers if p.parent.name == "L"]
+        if len(frozen) >= SQUASH_AT:
+            squashed = backend._new_layer(lambda dst: squash_layers(frozen, dst))
+            created.append(squashed)
+            new_lowers = (squashed, *(p for p in new_lowers if p.parent.name != "L"))
+        self._lowers = new_lowers
+        self.upper.mkdir()
+        try:
+            self._mount()
+        except OSError as err:
+            # put the old state back so this workspace stays usable
+            self._lowers = old_lowers
+            self._drop_work()
+            os.rmdir(self.upper)
+            os.rename(layer, self.upper)
+            backend._forget_layer(layer)
+            backend._release(created[1:])
+            self._mount()
+            raise SandboxError(f"cannot remount workspace {self.name!r}", cause=err) from err
+        backend._hold(self._lowers)
+        backend._release(old_lowers)
+        backend._release(created)  # the parent's hold replaces the creation holds
+        return backend._workspace(name, self._lowers)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+    ) -> ExecResult:
+        """Run `argv` in a nested overlay over this workspace's mount; returns its
+        changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
+        self._check_live()
+        backend = self._backend
+        scratch = backend.root / "R" / backend._next_id()
+        upper, work, merged = scratch / "u", scratch / "w", scratch / "m"
+        for d in (scratch, upper, work, merged):
+            d.mkdir()
+        try:
+            # a nested overlay (stack depth 2) reads the workspace live, no freeze
+            mount_overlay(merged, (self.path,), upper, work)
+            try:
+                done = run_isolated(
+                    merged, argv, timeout=timeout, env=env, network=network, hide=[backend.root]
+                )
+                changes = upper_changes(upper, self.path)
+            finally:
+                _umount_quietly(merged)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return ExecResult(
+            returncode=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            changes=tuple(changes),
+            timed_out=done.timed_out,
+            duration_s=done.duration_s,
+            meta={"backend": "overlay"},
+        )
+
+    def discard(self) -> None:
+        """Unmount and delete this workspace's upper; release its layers. Idempotent."""
+        if self._discarded:
+            return
+        self._discarded = True
+        _umount_quietly(self.path)
+        self._drop_work()
+        shutil.rmtree(self.upper, ignore_errors=True)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+        self._backend._release(self._lowers)
+        self._backend._forget_workspace(self)
+
+    @property
+    def layer_bytes(self) -> int:
+        """Bytes of files in this workspace's upper layer."""
+        return sum(st.st_size for _, st in leaves(self.upper))
+
+
+def _umount_quietly(target: Path) -> None:
+    """Unmount `target` if mounted; lazily when busy (a stray process keeps its view)."""
+    try:
+        umount(target)
+    except MountError as err:
+        if is_busy(err):
+            umount(target, detach=True)
+
+
+class OverlayBackend(Backend):
+    """Workspaces as kernel overlay mounts (root, or CAP_SYS_ADMIN)."""
+
+    name: ClassVar[str] = "overlay"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when a real overlay mount (and a nested one) works here."""
+        return _probe()
+
+    def __init__(self, root: Path) -> None:
+        """Own `root`: unmount leftovers of a crashed process and clear old state."""
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()
+        if any(c in str(self.root) for c in ",:\\"):
+            raise SandboxError(f"overlay state root must not contain , : or \\: {self.root}")
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._refs: dict[Path, int] = {}
+        self._live: dict[str, OverlayWorkspace] = {}
+        self._base_lock = threading.Lock()
+        self._closed = False
+        _unmount_all(self.root)
+        for d in _STATE_DIRS:
+            shutil.rmtree(self.root / d, ignore_errors=True)
+            (self.root / d).mkdir()
+        (self.root / "B").mkdir(exist_ok=True)
+
+    def base(self, key: str, populate: Callable[[Path], None], name: str = "root") -> Workspace:
+        """A workspace over the base layer for `key` (built once, kept across runs)."""
+        with self._base_lock:
+            layer = ensure_base(self.root / "B", key, populate)
+        return self._workspace(name, (layer,))
+
+    def close(self) -> None:
+        """Discard every workspace and unmount everything under root. Idempotent."""
+        for ws in list(self._live.values()):
+            try:
+                ws.discard()
+            except OSError:
+                pass
+        _unmount_all(self.root)
+        self._closed = True
+
+    # ---- internals used by OverlayWorkspace
+
+    def _next_id(self) -> str:
+        with self._lock:
+            return format(next(self._ids), "x")
+
+    def _workspace(
+        self, name: str, lowers: tuple[Path, ...], owned: tuple[Path, ...] = ()
+    ) -> OverlayWorkspace:
+        """A new mounted workspace over `lowers`; `owned` layers were created for it
+        and already hold one reference, which the workspace takes over."""
+        if self._closed:
+            raise SandboxError("backend is closed")
+        self._hold(lowers)
+        self._release(owned)
+        try:
+            ws = OverlayWorkspace(self, name, lowers)
+        except OSError as err:
+            self._release(lowers)
+            raise SandboxError(f"cannot mount workspace {name!r}", cause=err) from err
+        with self._lock:
+            self._live[ws._id] = ws
+        return ws
+
+    def _forget_workspace(self, ws: OverlayWorkspace) -> None:
+        with self._lock:
+            self._live.pop(ws._id, None)
+
+    def _new_layer(self, fill: Callable[[Path], None]) -> Path:
+        """A new frozen layer filled by `fill(dir)`, holding one reference."""
+        layer = self.root / "L" / self._next_id()
+        fill(layer)
+        with self._lock:
+            self._refs[layer] = 1
+        return layer
+
+    def _forget_layer(self, layer: Path) -> None:
+        with self._lock:
+            self._refs.pop(layer, None)
+
+    def _hold(self, layers: Sequence[Path]) -> None:
+        with self._lock:
+            for layer in layers:
+                if layer in self._refs:
+                    self._refs[layer] += 1
+                elif layer.parent.name == "L":
+                    self._refs[layer] = 1
+
+    def _release(self, layers: Sequence[Path]) -> None:
+        dead = []
+        with self._lock:
+            for layer in layers:
+                if layer in self._refs:
+                    self._refs[layer] -= 1
+                    if self._refs[layer] <= 0:
+                        del self._refs[layer]
+                        dead.append(layer)
+        for layer in dead:
+            shutil.rmtree(layer, ignore_errors=True)
+
+
+def _unmount_all(root: Path) -> None:
+    """Unmount every mount strictly below `root`, deepest first (lazily: these are
+    leftovers nobody should be using)."""
+    for _ in range(3):
+        points = [p for p in mounts_under(root) if p != root]
+        if not points:
+            return
+        for point in points:
+            try:
+                umount(point, detach=True)
+            except MountError:
+                pass
+
+
+@functools.cache
+def _probe() -> str | None:
+    with tempfile.TemporaryDirectory(prefix="corral-ovl-") as tmp:
+        t = Path(tmp)
+        dirs = [t / d for d in ("l", "u", "w", "m", "u2", "w2", "m2")]
+        for d in dirs:
+            d.mkdir()
+        lower, upper, work, merged, upper2, work2, merged2 = dirs
+        try:
+            mount_overlay(merged, (lower,), upper, work)
+        except MountError as err:
+            if err.errno == 1 or err.errno == 13:
+                return f"overlay mounts need root or CAP_SYS_ADMIN (running as uid {os.getuid()})"
+            return f"an overlay mount failed: {err.strerror}"
+        try:
+            mount_overlay(merged2, (merged,), upper2, work2)
+        except MountError as err:
+            return f"a nested overlay mount (used by run) failed: {err.strerror}"
+        else:
+            umount(merged2)
+        finally:
+            umount(merged)
+    return None
