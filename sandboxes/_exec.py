@@ -9,6 +9,7 @@ workspace's mounts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -147,7 +148,5 @@ def _is_setup_error(stderr: bytes) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

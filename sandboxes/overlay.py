@@ -15,6 +15,7 @@ Past one page of options the mount goes through fsconfig's `lowerdir+`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -166,10 +167,8 @@ class OverlayWorkspace(Workspace):
         _umount_quietly(self.path)
         self._drop_work()
         shutil.rmtree(self.upper, ignore_errors=True)
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(self.path)
-        except OSError:
-            pass
         self._backend._release(self._lowers)
         self._backend._forget_workspace(self)
 
@@ -225,10 +224,8 @@ class OverlayBackend(Backend):
     def close(self) -> None:
         """Discard every workspace and unmount everything under root. Idempotent."""
         for ws in list(self._live.values()):
-            try:
+            with contextlib.suppress(OSError):
                 ws.discard()
-            except OSError:
-                pass
         _unmount_all(self.root)
         self._closed = True
 
@@ -301,10 +298,8 @@ def _unmount_all(root: Path) -> None:
         if not points:
             return
         for point in points:
-            try:
+            with contextlib.suppress(MountError):
                 umount(point, detach=True)
-            except MountError:
-                pass
 
 
 @functools.cache

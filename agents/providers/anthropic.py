@@ -72,8 +72,12 @@ class AnthropicProvider:
         Raises:
             ModelError: the server is unreachable or answered an error status.
         """
+        body = request_body(request)
+        # The SDK dropped its `temperature` parameter; the field still goes on the wire for
+        # the models and compatible servers that take it.
+        extra = {"temperature": body.pop("temperature")} if "temperature" in body else None
         try:
-            raw = await self._client.messages.with_raw_response.create(**request_body(request))
+            raw = await self._client.messages.with_raw_response.create(**body, extra_body=extra)
         except anthropic.APIStatusError as error:
             raise status_error(error, error.status_code, self.base_url) from error
         except anthropic.APIConnectionError as error:

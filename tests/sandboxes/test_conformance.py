@@ -175,7 +175,9 @@ def test_run_reports_writes_deletes_links_modes_and_replaced_dirs(root_ws: Works
 
 def test_run_does_not_report_untouched_content(root_ws: Workspace) -> None:
     """A file rewritten with the same bytes and mode, or only touched, is no change."""
-    result = root_ws.run([*SH, "cp README.md /tmp/r && cat /tmp/r > README.md && touch docs/guide.md"], timeout=20)
+    result = root_ws.run(
+        [*SH, "cp README.md /tmp/r && cat /tmp/r > README.md && touch docs/guide.md"], timeout=20
+    )
     assert result.returncode == 0, result.stderr
     assert result.changes == ()
 
@@ -184,7 +186,9 @@ def test_run_leaves_the_workspace_unchanged(root_ws: Workspace) -> None:
     """The workspace is byte-for-byte the same after a run that changed everything."""
     _dirty(root_ws)
     before = snapshot_files(root_ws.path)
-    result = root_ws.run([*SH, "rm -rf * && echo x > y && mkdir -p a/b && echo z > a/b/c"], timeout=20)
+    result = root_ws.run(
+        [*SH, "rm -rf * && echo x > y && mkdir -p a/b && echo z > a/b/c"], timeout=20
+    )
     assert result.returncode == 0, result.stderr
     assert snapshot_files(root_ws.path) == before
     assert {c.path for c in result.changes if c.data is not None} == {"y", "a/b/c"}
@@ -211,7 +215,8 @@ def test_applying_run_changes_reproduces_the_run(root_ws: Workspace, tmp_path: P
 def test_run_cannot_write_outside_the_repo(root_ws: Workspace, tmp_path: Path) -> None:
     """Writes to /etc, /root and the sandbox root fail; the repo itself is writable."""
     outside = tmp_path / "outside.txt"
-    script = f"for p in /etc/corral-x /root/corral-x /corral-x {outside}; do echo x > $p && echo WROTE $p; done; echo ok > inside"
+    targets = f"/etc/corral-x /root/corral-x /corral-x {outside}"
+    script = f"for p in {targets}; do echo x > $p && echo WROTE $p; done; echo ok > inside"
     result = root_ws.run([*SH, script], timeout=20)
     assert b"WROTE" not in result.stdout, result.stdout
     assert not Path("/etc/corral-x").exists() and not Path("/root/corral-x").exists()
@@ -224,7 +229,9 @@ def test_run_has_a_private_tmp(root_ws: Workspace, tmp_path: Path) -> None:
     marker = Path("/tmp") / f"corral-host-marker-{os.getpid()}"
     marker.write_text("host")
     try:
-        result = root_ws.run([*SH, f"ls -A /tmp; test ! -e {marker} && echo > /tmp/mine"], timeout=20)
+        result = root_ws.run(
+            [*SH, f"ls -A /tmp; test ! -e {marker} && echo > /tmp/mine"], timeout=20
+        )
     finally:
         marker.unlink()
     assert result.returncode == 0, result.stderr
@@ -259,10 +266,12 @@ def test_run_has_no_network_unless_asked(root_ws: Workspace) -> None:
 
 
 def test_run_gets_exactly_the_given_env(root_ws: Workspace) -> None:
-    """The environment is what the caller passed, nothing inherited."""
+    """The environment is what the caller passed (plus PWD, set by bubblewrap), nothing
+    inherited from the coordinator."""
     env = {"PATH": os.environ["PATH"], "CORRAL_X": "42"}
     result = root_ws.run(["env"], timeout=20, env=env)
-    assert sorted(result.stdout.decode().split()) == sorted(f"{k}={v}" for k, v in env.items())
+    seen = set(result.stdout.decode().split())
+    assert seen == {f"{k}={v}" for k, v in env.items()} | {"PWD=/workspace/repo"}
 
 
 def test_run_timeout_kills_the_command(root_ws: Workspace) -> None:
