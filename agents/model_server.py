@@ -8,7 +8,8 @@ so everything between our provider code and the socket is the code that runs in 
 * Replies come from a per-model script (`server.script("model-a", [...])`): a list of steps
   consumed in order, or a callable that routes on the request JSON.
 * `server.fail_next(n, status)` makes the next n requests fail, to exercise retries.
-* Prompt caching is emulated (`PrefixCache`), so forks can be shown to reuse the cache.
+* Prompt caching is emulated (`agents.providers.PrefixCache`), so forks can be shown to reuse
+  the provider cache.
 
 Prompt-cache emulation: the prompt is cut into *segments* in the order providers cache it
 (tools, then system, then each message; Anthropic content blocks are segments of their own).
@@ -29,52 +30,20 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Self
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
-__all__ = [
-    "Api",
-    "CacheUsage",
-    "LoggedRequest",
-    "PrefixCache",
-    "Reply",
-    "Script",
-    "ScriptedModelServer",
-    "ToolCall",
-    "main",
-    "tokenize",
-]
+from agents.providers import CacheUsage, PrefixCache, Reply, ToolCall, tokenize
+
+# Reply and ToolCall are the script vocabulary, re-exported so tests import one module.
+__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedModelServer", "ToolCall", "main"]
 
 Api = Literal["openai", "anthropic"]
-
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call the scripted model makes; the server gives it a deterministic id."""
-
-    name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One scripted model turn: text, tool calls, or both."""
-
-    text: str = ""
-    tool_calls: Sequence[ToolCall] = ()
-
-    def __post_init__(self) -> None:
-        # Callers write lists; a tuple keeps the frozen reply immutable.
-        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
-
 
 Script = Sequence[Reply | str] | Callable[[dict[str, Any]], Reply | str]
 """Steps served in order, or a function of the request JSON that picks the reply."""
@@ -96,52 +65,8 @@ class LoggedRequest:
         return parsed
 
 
-class CacheUsage(NamedTuple):
-    prompt_tokens: int
-    read_tokens: int
-    """Tokens served from the cache."""
-    written_tokens: int
-    """Tokens this request added to the cache (reported by Anthropic only)."""
-
-
-def tokenize(text: str) -> list[str]:
-    """Returns the emulated tokens of `text`: word runs and single punctuation characters."""
-    return _TOKEN.findall(text)
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-class PrefixCache:
-    """Remembers prompt prefixes in whole blocks of tokens, per namespace (API and model)."""
-
-    def __init__(self, block_size: int = 64) -> None:
-        if block_size < 1:
-            raise ValueError("block_size must be at least 1")
-        self.block_size = block_size
-        self._seen: set[bytes] = set()
-
-    def use(self, namespace: str, tokens: Sequence[str], cacheable: int) -> CacheUsage:
-        """Reads and extends the cache for a prompt whose first `cacheable` tokens may be cached.
-
-        Returns:
-            The prompt's token count, the tokens read from the cache and the tokens written.
-        """
-        digest = hashlib.sha256(namespace.encode())
-        blocks = min(cacheable, len(tokens)) // self.block_size
-        read = 0
-        for index in range(blocks):
-            for token in tokens[index * self.block_size : (index + 1) * self.block_size]:
-                digest.update(token.encode())
-                digest.update(b"\x00")
-            key = digest.copy().digest()
-            # Prefixes are only ever stored whole, so the first miss ends the cached run.
-            if key in self._seen and read == index:
-                read = index + 1
-            self._seen.add(key)
-        size = self.block_size
-        return CacheUsage(len(tokens), read * size, (blocks - read) * size)
 
 
 class _Rejected(Exception):
@@ -245,8 +170,10 @@ class ScriptedModelServer:
 
     def _answer(self, payload: dict[str, Any], api: Api) -> dict[str, Any]:
         model: str = payload["model"]
-        reply = self._next_reply(model, payload)
+        # Ids derive from the request, so the same conversation always gets the same ids.
+        seed = hashlib.sha256(_canonical(payload).encode()).hexdigest()[:20]
         segments = _segments(payload, api)
+        reply = self._next_reply(model, payload)
         tokens = [token for _, segment in segments for token in segment]
         cacheable = len(tokens)
         if api == "anthropic":
@@ -255,8 +182,6 @@ class ScriptedModelServer:
                 (end for (marked, _), end in zip(segments, ends, strict=True) if marked), default=0
             )
         usage = self.cache.use(f"{api}\x00{model}", tokens, cacheable)
-        # Ids derive from the request, so the same conversation always gets the same ids.
-        seed = hashlib.sha256(_canonical(payload).encode()).hexdigest()[:20]
         completion = len(tokenize(reply.text)) + sum(
             len(tokenize(call.name + _canonical(dict(call.arguments)))) for call in reply.tool_calls
         )
@@ -291,6 +216,8 @@ def _parse(body: bytes, api: Api) -> dict[str, Any]:
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _Rejected(400, "request needs a non-empty 'messages' list")
+    if not all(isinstance(message, dict) for message in messages):
+        raise _Rejected(400, "every message must be a JSON object")
     if api == "anthropic" and not isinstance(payload.get("max_tokens"), int):
         raise _Rejected(400, "max_tokens: field required")
     _check_tool_results(messages, api)

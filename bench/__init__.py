@@ -1,8 +1,12 @@
-"""Benchmarks: the substrate benchmark (fork, discard, write, rewind, merge, exec
-over synthetic checkouts) and, later, the CooperBench harness."""
+"""Benchmarks: the substrate benchmark (fork, discard, write, rewind, merge and
+exec over synthetic checkouts of 10 MB to 3 GB) and the CooperBench harness."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from ._synth import NAMED_SIZES, CheckoutSpec, checkout, default_cache, parse_size
-from .substrate import TARGETS, render, run
 
 __all__ = [
     "NAMED_SIZES",
@@ -14,3 +18,13 @@ __all__ = [
     "render",
     "run",
 ]
+
+_LAZY = {"TARGETS", "render", "run"}
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so `python -m bench.substrate` does not import the
+    # module twice and the checkout generator works without the coordinator.
+    if name in _LAZY:
+        return getattr(importlib.import_module(".substrate", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,10 +31,12 @@ from rich.progress import (
     DownloadColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
+from rich.text import Text
 
 __all__ = [
     "NAMED_SIZES",
@@ -64,6 +66,18 @@ _NOCOMPRESS = (
     # Big files go straight into a pack while adding: no loose copy, no delta search.
     "-c", "core.bigFileThreshold=1m",
 )
+
+
+class _BytesColumn(DownloadColumn):
+    """Bytes done, shown only for tasks that count bytes (not for the git steps)."""
+
+    def render(self, task: Task) -> Text:
+        return super().render(task) if task.fields.get("bytes") else Text("")
+
+
+class _SpeedColumn(TransferSpeedColumn):
+    def render(self, task: Task) -> Text:
+        return super().render(task) if task.fields.get("bytes") else Text("")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +182,12 @@ def _generate(spec: CheckoutSpec, work: Path, show: bool) -> None:
     console = Console(stderr=True)
     columns = (
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-        DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
+        _BytesColumn(), _SpeedColumn(), TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, disable=not show, transient=False) as bar:
-        written = bar.add_task(f"{spec.name}: writing files", total=spec.total_bytes)
+        written = bar.add_task(
+            f"{spec.name}: writing files", total=spec.total_bytes, bytes=True
+        )
         small = _write_sources(spec, tree, lambda n: bar.advance(written, n))
         _write_binaries(spec, tree, spec.total_bytes - small, lambda n: bar.advance(written, n))
         bar.update(written, completed=spec.total_bytes)
@@ -229,7 +245,9 @@ def _write_sources(spec: CheckoutSpec, tree: Path, advance: Callable[[int], obje
     return total
 
 
-def _write_binaries(spec: CheckoutSpec, tree: Path, budget: int, advance: Callable[[int], object]) -> None:
+def _write_binaries(
+    spec: CheckoutSpec, tree: Path, budget: int, advance: Callable[[int], object]
+) -> None:
     """Fill `budget` bytes with `binary_files` incompressible files, written in
     1 MB chunks sliced from one seeded random pool (fast; each chunk unique)."""
     if spec.binary_files == 0 or budget <= 0:

@@ -44,6 +44,7 @@ from ._errors import (
     UnknownScope,
 )
 from ._events import Event, EventBus, Subscription
+from ._guard import Claim, ConflictGuard
 from ._merge import Conflict, Hunk, MergeResult, Resolver
 from ._policy import Policy, PolicyChain, ScopeInfo, View, allow, allow_all, block, defer, rewrite
 from ._scope import Result, Scope
@@ -51,7 +52,9 @@ from ._trace import Trace, TraceEntry
 
 __all__ = [
     "FORMAT_VERSION",
+    "Claim",
     "Conflict",
+    "ConflictGuard",
     "Coordinator",
     "CorralError",
     "Decision",

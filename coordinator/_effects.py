@@ -271,7 +271,8 @@ Outcome = Annotated[
 class Effect(_Record):
     """One recorded interaction: intent, decision, outcome, and where it sits."""
 
-    v: Literal[1] = FORMAT_VERSION
+    v: Literal[1] = 1
+    """Record format version (FORMAT_VERSION)."""
     id: str
     """`<scope>#<seq>`: deterministic, so replayed runs produce identical records."""
     scope: str
@@ -310,7 +311,7 @@ class Effect(_Record):
             case ScopeRewind():
                 detail = f"to {i.to[:12]}"
             case ScopeMerge():
-                detail = f"{i.other} ({i.strategy})"
+                detail = i.other if i.strategy == "fail" else f"{i.other} ({i.strategy})"
             case ScopeDiscard():
                 detail = i.archive
             case SupervisorAction():

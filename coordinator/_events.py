@@ -63,6 +63,16 @@ class Subscription:
         """The next event; None once the subscription is closed."""
         return await self._queue.get()
 
+    def drain(self) -> list[Event]:
+        """Every event already queued, without waiting."""
+        out: list[Event] = []
+        while not self._queue.empty():
+            event = self._queue.get_nowait()
+            if event is None:
+                break
+            out.append(event)
+        return out
+
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._iter()
 

@@ -115,7 +115,8 @@ def merge_file(
     def entry(side: tuple[str, int] | None) -> object:
         if side is None:
             return ffi.NULL
-        centry, ref = pygit2.IndexEntry(path, pygit2.Oid(hex=side[0]), side[1])._to_c()
+        mode = pygit2.enums.FileMode(side[1])
+        centry, ref = pygit2.IndexEntry(path, pygit2.Oid(hex=side[0]), mode)._to_c()
         keep.append(ref)
         return centry
 
@@ -193,7 +194,7 @@ def three_way(
     d_theirs = trace.diff_trees(base_tree, theirs_tree)
     if only is not None:
         d_theirs = {p: v for p, v in d_theirs.items() if p in only}
-    base_t, ours_t = repo[base_tree], repo[ours_tree]
+    base_t, ours_t = trace.tree(base_tree), trace.tree(ours_tree)
     changes: dict[str, tuple[str, int] | None] = {}
     conflicts: list[Conflict] = []
 

@@ -133,6 +133,10 @@ class Trace:
         except (KeyError, ValueError, pygit2.GitError) as e:
             raise NotFound(f"unknown commit {rev!r}", cause=e) from e
 
+    def tree(self, oid: str) -> pygit2.Tree:
+        """The tree object with id `oid`."""
+        return self.repo[oid].peel(pygit2.Tree)
+
     def tree_of(self, commit: str) -> pygit2.Tree:
         return self.commit(commit).tree
 
@@ -165,7 +169,7 @@ class Trace:
                     node[part] = child
                 node = child
             node[parts[-1]] = new
-        base_tree = repo[base] if base else None
+        base_tree = self.tree(base) if base else None
         oid = self._build(base_tree, nested)
         if oid is None:
             oid = repo.TreeBuilder().write()
@@ -179,7 +183,7 @@ class Trace:
             if isinstance(new, dict):
                 sub = None
                 if existing is not None and existing.filemode == TREE_MODE:
-                    sub = repo[existing.id]
+                    sub = repo[existing.id].peel(pygit2.Tree)
                 oid = self._build(sub, new)
                 if oid is None:
                     if existing is not None:
@@ -190,19 +194,18 @@ class Trace:
                 if existing is not None:
                     builder.remove(name)
             else:
-                blob, mode = new  # type: ignore[misc]
-                builder.insert(name, pygit2.Oid(hex=blob), mode)
+                assert isinstance(new, tuple)
+                builder.insert(name, pygit2.Oid(hex=new[0]), new[1])
         if len(builder) == 0:
             return None
         return builder.write()
 
     def diff_trees(self, old: str, new: str) -> dict[str, tuple[str, int] | None]:
         """Paths that differ from tree `old` to tree `new` (cost follows the change)."""
-        repo = self.repo
         out: dict[str, tuple[str, int] | None] = {}
         if old == new:
             return out
-        diff = repo.diff(repo[old], repo[new])
+        diff = self.tree(old).diff_to_tree(self.tree(new))
         for delta in diff.deltas:
             if delta.status_char() == "D":
                 out[delta.old_file.path] = None
@@ -214,13 +217,13 @@ class Trace:
 
     def iter_files(self, tree: str) -> Iterator[tuple[str, str, int]]:
         """Every file of a tree as (path, blob id, mode)."""
-        stack: list[tuple[str, pygit2.Tree]] = [("", self.repo[tree])]
+        stack: list[tuple[str, pygit2.Tree]] = [("", self.tree(tree))]
         while stack:
             prefix, t = stack.pop()
             for e in t:
-                p = prefix + e.name
+                p = prefix + str(e.name)
                 if e.filemode == TREE_MODE:
-                    stack.append((p + "/", self.repo[e.id]))
+                    stack.append((p + "/", self.tree(str(e.id))))
                 elif e.filemode != 0o160000:  # submodules have no content here
                     yield p, str(e.id), e.filemode
 

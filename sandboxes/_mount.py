@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MountError", "mount_overlay", "mounts_under", "umount"]
+__all__ = ["MountError", "is_busy", "mount_overlay", "mount_tmpfs", "mounts_under", "umount"]
 
 MNT_DETACH = 2
 _PAGE = 4096
@@ -150,6 +150,12 @@ def _read_log(fd: int) -> str:
         except OSError:
             break
     return "; ".join(line for line in lines if line)
+
+
+def mount_tmpfs(target: Path) -> None:
+    """Mount a private tmpfs at `target`. Raises MountError."""
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", 0, b"mode=0700") != 0:
+        raise _fail("mount tmpfs at", target)
 
 
 def umount(target: Path, *, detach: bool = False) -> None:

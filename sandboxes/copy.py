@@ -35,7 +35,11 @@ class CopyWorkspace(Workspace):
         self._id = backend._next_id()
         self.path = backend.root / "W" / self._id
         self._discarded = False
-        _copy_tree(source, self.path)
+        try:
+            _copy_tree(source, self.path)
+        except BaseException:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
 
     def _check_live(self) -> None:
         if self._discarded:

@@ -30,7 +30,7 @@ from ._base import Backend, ExecResult, SandboxError, Workspace
 from ._exec import run_isolated
 from ._files import ensure_base, leaves
 from ._layers import copy_layer, squash_layers, upper_changes
-from ._mount import MountError, is_busy, mount_overlay, mounts_under, umount
+from ._mount import MountError, is_busy, mount_overlay, mount_tmpfs, mounts_under, umount
 
 __all__ = ["OverlayBackend"]
 
@@ -50,13 +50,19 @@ class OverlayWorkspace(Workspace):
         self._id = backend._next_id()
         self._gen = itertools.count()
         self._lowers = lowers
-        self.upper = backend.root / "U" / self._id
-        self.path = backend.root / "M" / self._id
+        self.upper = backend._state / "U" / self._id
+        self.path = backend._state / "M" / self._id
         self._work: Path | None = None
         self._discarded = False
         self.upper.mkdir()
         self.path.mkdir()
-        self._mount()
+        try:
+            self._mount()
+        except BaseException:
+            self._drop_work()
+            shutil.rmtree(self.upper, ignore_errors=True)
+            self.path.rmdir()
+            raise
 
     @property
     def lowers(self) -> tuple[Path, ...]:
@@ -64,7 +70,7 @@ class OverlayWorkspace(Workspace):
         return self._lowers
 
     def _mount(self) -> None:
-        self._work = self._backend.root / "W" / f"{self._id}.{next(self._gen)}"
+        self._work = self._backend._state / "W" / f"{self._id}.{next(self._gen)}"
         self._work.mkdir()
         mount_overlay(self.path, self._lowers, self.upper, self._work)
 
@@ -133,11 +139,11 @@ class OverlayWorkspace(Workspace):
         changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
         self._check_live()
         backend = self._backend
-        scratch = backend.root / "R" / backend._next_id()
-        upper, work, merged = scratch / "u", scratch / "w", scratch / "m"
-        for d in (scratch, upper, work, merged):
-            d.mkdir()
+        scratch = backend._state / "R" / backend._next_id()
+        upper, work, merged = (scratch.with_name(scratch.name + s) for s in "uwm")
         try:
+            for d in (upper, work, merged):
+                d.mkdir()
             # a nested overlay (stack depth 2) reads the workspace live, no freeze
             mount_overlay(merged, (self.path,), upper, work)
             try:
@@ -148,7 +154,8 @@ class OverlayWorkspace(Workspace):
             finally:
                 _umount_quietly(merged)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            for d in (upper, work, merged):
+                shutil.rmtree(d, ignore_errors=True)
         return ExecResult(
             returncode=done.returncode,
             stdout=done.stdout,
@@ -197,8 +204,13 @@ class OverlayBackend(Backend):
         """None when a real overlay mount (and a nested one) works here."""
         return _probe()
 
-    def __init__(self, root: Path) -> None:
-        """Own `root`: unmount leftovers of a crashed process and clear old state."""
+    def __init__(self, root: Path, *, tmpfs: bool = False) -> None:
+        """Own `root`: unmount leftovers of a crashed process and clear old state.
+
+        With `tmpfs`, every layer but the base ones lives on a tmpfs mounted at
+        root/t: directory create/delete there is ~5 us instead of ~400 us on this
+        ext4, so fork/discard get faster, but dirty files then take memory.
+        """
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
         if any(c in str(self.root) for c in ",:\\"):
@@ -210,9 +222,14 @@ class OverlayBackend(Backend):
         self._base_lock = threading.Lock()
         self._closed = False
         _unmount_all(self.root)
-        for d in _STATE_DIRS:
+        self._state = self.root / "t" if tmpfs else self.root
+        for d in ("t", *_STATE_DIRS):
             shutil.rmtree(self.root / d, ignore_errors=True)
-            (self.root / d).mkdir()
+        if tmpfs:
+            self._state.mkdir()
+            mount_tmpfs(self._state)
+        for d in _STATE_DIRS:
+            (self._state / d).mkdir()
         (self.root / "B").mkdir(exist_ok=True)
 
     def base(self, key: str, populate: Callable[[Path], None], name: str = "root") -> Workspace:
@@ -259,8 +276,12 @@ class OverlayBackend(Backend):
 
     def _new_layer(self, fill: Callable[[Path], None]) -> Path:
         """A new frozen layer filled by `fill(dir)`, holding one reference."""
-        layer = self.root / "L" / self._next_id()
-        fill(layer)
+        layer = self._state / "L" / self._next_id()
+        try:
+            fill(layer)
+        except BaseException:
+            shutil.rmtree(layer, ignore_errors=True)
+            raise
         with self._lock:
             self._refs[layer] = 1
         return layer

@@ -1,11 +1,17 @@
 """Model providers: one protocol, one backend per module, provider-neutral records.
 
+`ToolUse` is a tool call the model made (it has the provider's id); `ToolCall` is a tool call
+a script tells the scripted model to make.
+
 Errors::
 
     ModelError      every failed model call (.cause, .status, .retryable)
 """
 
+from typing import TYPE_CHECKING
+
 from ._errors import ModelError
+from ._prompt_cache import CacheUsage, PrefixCache, tokenize
 from ._protocol import Provider
 from ._records import (
     AssistantMessage,
@@ -21,22 +27,28 @@ from ._records import (
 )
 from ._retry import OnRetry, complete_with_retries
 from ._spec import provider_from_spec
-from .anthropic import AnthropicProvider
-from .openai import OpenAIProvider
-from .scripted import ScriptedProvider
+from .scripted import Reply, ScriptedProvider, ToolCall
+
+if TYPE_CHECKING:
+    from .anthropic import AnthropicProvider
+    from .openai import OpenAIProvider
 
 __all__ = [
     "AnthropicProvider",
     "AssistantMessage",
+    "CacheUsage",
     "Message",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
     "OnRetry",
     "OpenAIProvider",
+    "PrefixCache",
     "Provider",
+    "Reply",
     "ScriptedProvider",
     "StopReason",
+    "ToolCall",
     "ToolResult",
     "ToolSpec",
     "ToolUse",
@@ -44,4 +56,18 @@ __all__ = [
     "UserMessage",
     "complete_with_retries",
     "provider_from_spec",
+    "tokenize",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The SDKs take seconds to import (anthropic ~4 s cold); load a backend on first use.
+    if name == "OpenAIProvider":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider
+    if name == "AnthropicProvider":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

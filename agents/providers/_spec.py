@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from ._protocol import Provider
-from .anthropic import AnthropicProvider
-from .openai import OpenAIProvider
 from .scripted import ScriptedProvider
 
 __all__ = ["provider_from_spec"]
@@ -25,9 +23,14 @@ def provider_from_spec(
     backend, _, model = spec.partition("/")
     if not model:
         raise ValueError(f"provider spec {spec!r} is not PROVIDER/MODEL")
+    # Imported here: each SDK takes seconds to import, and a run uses one of them at most.
     if backend == "openai":
+        from .openai import OpenAIProvider
+
         return OpenAIProvider(model, base_url=base_url, api_key=api_key)
     if backend == "anthropic":
+        from .anthropic import AnthropicProvider
+
         return AnthropicProvider(model, base_url=base_url, api_key=api_key)
     if backend == "scripted":
         return ScriptedProvider(model=model)

@@ -133,7 +133,9 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
 
 
 def _assistant(message: AssistantMessage) -> dict[str, Any]:
-    turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    # OpenAI wants content null beside tool calls, and a string when there are none.
+    content = message.text if message.text or not message.tool_calls else None
+    turn: dict[str, Any] = {"role": "assistant", "content": content}
     if message.tool_calls:
         turn["tool_calls"] = [
             {

@@ -1,21 +1,44 @@
-"""An in-process provider that serves scripted replies, for unit tests without a server.
+"""Scripted replies: the script vocabulary and an in-process provider that serves it.
 
-It speaks the same script vocabulary as `agents.model_server` (`Reply`, `ToolCall`) and counts
-tokens and prompt-cache hits the same way, with OpenAI's rule: every prompt is cacheable.
+`Reply` and `ToolCall` are what scripts are written in, here and in `agents.model_server`.
+`ScriptedProvider` answers without any server, for unit tests; it counts tokens and prompt
+cache hits like the model server does, with OpenAI's rule that every prompt is cacheable.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-
-from agents.model_server import PrefixCache, Reply, tokenize
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from ._errors import ModelError
+from ._prompt_cache import PrefixCache, tokenize
 from ._records import ModelRequest, ModelResponse, ToolUse, Usage, UserMessage
 
-__all__ = ["ScriptedProvider"]
+__all__ = ["Reply", "ScriptedProvider", "ToolCall"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call a script makes the model emit; its id is derived from the request."""
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One scripted model turn: text, tool calls, or both."""
+
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+
+    def __post_init__(self) -> None:
+        # Callers write lists; a tuple keeps the frozen reply immutable.
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
 
 Replies = Sequence[Reply | str] | Callable[[ModelRequest], Reply | str]
 

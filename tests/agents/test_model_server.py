@@ -11,7 +11,8 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agents.model_server import PrefixCache, Reply, ScriptedModelServer, ToolCall, tokenize
+from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from agents.providers import PrefixCache, tokenize
 
 SYSTEM = "You are a careful coding agent working in a shared repository. " * 12
 

@@ -47,7 +47,7 @@ async def test_bad_write_paths_are_refused(scoped, path: str, message: str):
 
 
 async def test_reads_through_escaping_symlinks_are_refused(scoped):
-    coord, a = scoped
+    _coord, a = scoped
     with pytest.raises(PathError, match="outside the workspace"):
         await a.read("pw-link")
     with pytest.raises(PathError, match="outside the workspace"):
@@ -55,7 +55,7 @@ async def test_reads_through_escaping_symlinks_are_refused(scoped):
 
 
 async def test_delete_and_patch_of_missing_files(scoped):
-    coord, a = scoped
+    _coord, a = scoped
     head = a.head
     with pytest.raises(FileNotFoundError):
         await a.delete("nope.txt")
@@ -79,7 +79,7 @@ async def test_unknown_commits_and_bad_rewinds(scoped):
 
 
 async def test_bad_scope_names(scoped):
-    coord, a = scoped
+    coord, _a = scoped
     with pytest.raises(ScopeExists):
         await coord.root.fork("a")
     for bad in ("", "../x", "a/b", "x.lock", "-x"):

@@ -43,10 +43,18 @@ def state_root(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-@pytest.fixture
-def live_backend(backend: str, state_root: Path) -> Iterator[Backend]:
-    """A backend of each kind (the shared `backend` fixture skips unavailable ones)."""
-    instance = sandboxes.backends[backend](state_root)
+@pytest.fixture(params=["disk", "tmpfs"])
+def live_backend(
+    backend: str, state_root: Path, request: pytest.FixtureRequest
+) -> Iterator[Backend]:
+    """A backend of each kind (the shared `backend` fixture skips unavailable ones);
+    overlay also with its layers on tmpfs."""
+    if request.param == "tmpfs":
+        if backend != "overlay":
+            pytest.skip("only the overlay backend has a tmpfs option")
+        instance: Backend = sandboxes.OverlayBackend(state_root, tmpfs=True)
+    else:
+        instance = sandboxes.backends[backend](state_root)
     try:
         yield instance
     finally:

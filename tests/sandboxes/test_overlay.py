@@ -16,9 +16,9 @@ from tests.sandboxes.conftest import expected_base, mounts_under, overlay_only, 
 pytestmark = overlay_only
 
 
-@pytest.fixture
-def overlay(state_root: Path) -> Iterator[OverlayBackend]:
-    backend = OverlayBackend(state_root)
+@pytest.fixture(params=[False, True], ids=["disk", "tmpfs"])
+def overlay(state_root: Path, request: pytest.FixtureRequest) -> Iterator[OverlayBackend]:
+    backend = OverlayBackend(state_root, tmpfs=request.param)
     yield backend
     backend.close()
 
@@ -34,7 +34,7 @@ def test_clean_fork_shares_the_parents_layers(overlay: OverlayBackend) -> None:
     ws = _base(overlay)
     child = ws.fork("child")
     assert child.lowers == ws.lowers
-    assert list((overlay.root / "L").iterdir()) == []
+    assert list((overlay._state / "L").iterdir()) == []
 
 
 def test_idle_dirty_fork_freezes_the_upper(overlay: OverlayBackend) -> None:
@@ -86,7 +86,7 @@ def test_frozen_layers_are_deleted_when_unused(overlay: OverlayBackend) -> None:
     child = ws.fork("child")
     (child.path / "y").write_text("y")
     grandchild = child.fork("grandchild")
-    layers = overlay.root / "L"
+    layers = overlay._state / "L"
     assert len(list(layers.iterdir())) == 2
     child.discard()
     grandchild.discard()
@@ -97,13 +97,16 @@ def test_frozen_layers_are_deleted_when_unused(overlay: OverlayBackend) -> None:
 
 def test_deep_fork_chains_squash_and_stay_correct(overlay: OverlayBackend) -> None:
     """A chain of dirty forks deeper than one page of mount options and than
-    SQUASH_AT keeps every file, and the stack stays bounded."""
+    SQUASH_AT keeps every file, and the stack stays bounded; discarding each parent
+    keeps the layers its child still stacks on."""
     ws = _base(overlay)
     for i in range(SQUASH_AT + 10):
         (ws.path / f"f{i % 7}").write_text(str(i))
         if i % 5 == 0:
             os.unlink(ws.path / f"f{i % 7}")
-        ws = ws.fork(f"c{i}")
+        parent, ws = ws, ws.fork(f"c{i}")
+        if i:
+            parent.discard()
     assert len(ws.lowers) <= SQUASH_AT + 1
     last = SQUASH_AT + 9
     files = snapshot_files(ws.path)

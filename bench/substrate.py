@@ -1,0 +1,383 @@
+"""The substrate benchmark: how fast Corral forks, discards, writes, rewinds,
+merges and runs commands, over synthetic checkouts of 10 MB, 500 MB and 3 GB.
+
+Each size gets its own coordinator on a fresh state directory; opening it
+(importing the snapshot, building the base layer) is reported as `setup`.
+Every operation is timed `runs` times end to end through the public async API
+and reported as median and p90 in milliseconds, against the design targets.
+
+    python -m bench.substrate 10MB 500MB --runs 20 --json report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from coordinator import Coordinator, ExecOutcome, Scope
+
+from ._synth import CheckoutSpec, checkout, parse_size, source_paths
+
+__all__ = ["OPS", "TARGETS", "Target", "main", "render", "run", "run_async"]
+
+OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead")
+"""Every operation the report holds, per size, in table order."""
+
+REWIND_EFFECTS, REWIND_FILES, REWIND_EXECS = 20, 50, 5
+MERGE_FILES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A design target for one operation's median (overlay backend)."""
+
+    p50_ms: float
+    note: str = ""
+    size: str | None = None
+    """The size the target is stated for (None: every size)."""
+
+
+TARGETS: dict[str, Target] = {
+    "fork": Target(5.0, "flat in repo size"),
+    "discard": Target(2.0),
+    "write": Target(3.0, "write + commit of one small file", size="500MB"),
+    "rewind": Target(20.0, f"{REWIND_EFFECTS} effects, {REWIND_FILES} files"),
+    "merge": Target(30.0, f"clean, {MERGE_FILES}+{MERGE_FILES} files; mean of 1st and 2nd"),
+    "merge_3way": Target(30.0, "the 2nd merge alone: a real 3-way"),
+    "exec_overhead": Target(15.0, "exec(['true']) minus plain subprocess.run"),
+}
+FORK_FLATNESS = 1.5
+"""Target for fork(3GB) / fork(10MB)."""
+
+Clock = Callable[[], Awaitable[object]]
+
+
+def _stats(samples: Sequence[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return {
+        "median_ms": round(statistics.median(ordered) * 1e3, 3),
+        "p90_ms": round(p90 * 1e3, 3),
+        "runs": len(ordered),
+    }
+
+
+async def _timed(op: Clock) -> float:
+    t = time.perf_counter()
+    await op()
+    return time.perf_counter() - t
+
+
+class _Size:
+    """The measurements of one checkout size on one coordinator."""
+
+    def __init__(self, coord: Coordinator, spec: CheckoutSpec, runs: int, tick: Callable[[], None]):
+        self.coord = coord
+        self.root: Scope = coord.root
+        self.runs = runs
+        self.tick = tick
+        # edit real source files of the checkout, spread over its directories
+        paths = source_paths(spec)
+        step = max(1, len(paths) // (REWIND_FILES + 2 * MERGE_FILES + 1))
+        self.files = paths[::step]
+        self.samples: dict[str, list[float]] = {op: [] for op in OPS}
+
+    def _file(self, i: int) -> str:
+        return self.files[i % len(self.files)] if self.files else f"bench/f{i}.txt"
+
+    async def fork(self) -> None:
+        for i in range(self.runs):
+            child: Scope | None = None
+
+            async def op(i: int = i) -> None:
+                nonlocal child
+                child = await self.root.fork(f"f{i}")
+
+            self.samples["fork"].append(await _timed(op))
+            assert child is not None
+            await child.discard()
+            self.tick()
+
+    async def discard(self) -> None:
+        for i in range(self.runs):
+            child = await self.root.fork(f"d{i}")
+            self.samples["discard"].append(await _timed(child.discard))
+            self.tick()
+
+    async def write(self) -> None:
+        scope = await self.root.fork("w")
+        path = self._file(0)
+        for i in range(self.runs):
+            data = f"# bench write {i}\nvalue = {i}\n".encode()
+
+            async def op(data: bytes = data) -> None:
+                await scope.write(path, data)
+
+            self.samples["write"].append(await _timed(op))
+            self.tick()
+        await scope.discard()
+
+    async def rewind(self) -> None:
+        # 20 effects over 50 distinct files: 15 one-file writes, then 5 commands
+        # that each change 7 files (exec is the effect that touches many files).
+        writes = REWIND_EFFECTS - REWIND_EXECS
+        per_exec = (REWIND_FILES - writes) // REWIND_EXECS
+        for i in range(self.runs):
+            scope = await self.root.fork(f"r{i}")
+            for k in range(writes):
+                await scope.write(self._file(k), f"rewind {i}/{k}\n".encode())
+            for e in range(REWIND_EXECS):
+                first = writes + e * per_exec
+                script = "; ".join(
+                    f"echo 'rewind {i}/{first + j}' > '{self._file(first + j)}'"
+                    for j in range(per_exec)
+                )
+                done = await scope.exec(["sh", "-c", script])
+                out = done.outcome
+                if not isinstance(out, ExecOutcome) or len(out.changes) != per_exec:
+                    why = self.coord.trace.blob(out.stderr) if isinstance(out, ExecOutcome) else b""
+                    raise RuntimeError(
+                        f"benchmark setup command did not change {per_exec} files "
+                        f"({done.effect.status}): {why.decode(errors='replace')[-2000:]}"
+                    )
+
+            async def op(scope: Scope = scope) -> None:
+                await scope.rewind(steps=REWIND_EFFECTS)
+
+            self.samples["rewind"].append(await _timed(op))
+            self.tick()
+            await scope.discard()
+
+    async def merge(self) -> None:
+        for i in range(self.runs):
+            sides = []
+            for side in range(2):
+                s = await self.root.fork(f"m{i}-{side}")
+                for k in range(MERGE_FILES):
+                    path = self._file(REWIND_FILES + side * MERGE_FILES + k)
+                    await s.write(path, f"merge {i}/{side}/{k}\n".encode())
+                sides.append(s)
+            into = await self.root.fork(f"m{i}-into")
+            firsts = []
+            for s in sides:
+                t = time.perf_counter()
+                result = await into.merge(s)
+                firsts.append(time.perf_counter() - t)
+                if not result.clean or result.commit is None:
+                    raise RuntimeError(f"benchmark merge of {s.name} was not clean")
+            self.samples["merge"].extend(firsts)
+            self.samples["merge_3way"].append(firsts[1])
+            self.tick()
+            for s in (*sides, into):
+                await s.discard()
+
+    async def exec(self) -> None:
+        scope = await self.root.fork("x")
+        await scope.exec(["true"])  # warm: first bwrap start pays page cache misses
+        plain: list[float] = []
+        for _ in range(self.runs):
+            t = time.perf_counter()
+            subprocess.run(["true"], check=True)
+            plain.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await scope.exec(["true"])
+            self.samples["exec"].append(time.perf_counter() - t)
+            self.tick()
+        base = statistics.median(plain)
+        self.samples["exec_overhead"] = [max(0.0, s - base) for s in self.samples["exec"]]
+        self.plain_ms = round(base * 1e3, 3)
+        await scope.discard()
+
+
+async def _bench_size(
+    spec: CheckoutSpec, repo: Path, runs: int, backend: str | None, progress: Progress | None
+) -> dict[str, Any]:
+    task = None
+    if progress is not None:
+        task = progress.add_task(f"{spec.name}: open", total=None)
+
+    def tick() -> None:
+        if progress is not None and task is not None:
+            progress.advance(task)
+
+    state = Path(tempfile.mkdtemp(prefix=f"corral-bench-{spec.name}-"))
+    try:
+        async with AsyncExitStack() as stack:
+            t = time.perf_counter()
+            coord = await stack.enter_async_context(
+                Coordinator.open(state, repo=repo, backend=backend)
+            )
+            setup = time.perf_counter() - t
+            size = _Size(coord, spec, runs, tick)
+            steps = [size.fork, size.discard, size.write, size.rewind, size.merge, size.exec]
+            for step in steps:
+                if progress is not None and task is not None:
+                    progress.reset(task, total=runs, description=f"{spec.name}: {step.__name__}")
+                await step()
+            backend_name = coord.backend.name
+        ops = {op: _stats(size.samples[op]) for op in OPS}
+        return {
+            "spec": {"total_bytes": spec.total_bytes, "source_files": spec.source_files,
+                     "binary_files": spec.binary_files, "seed": spec.seed},
+            "backend": backend_name,
+            "setup_ms": round(setup * 1e3, 1),
+            "plain_subprocess_ms": size.plain_ms,
+            "ops": ops,
+        }
+    finally:
+        if progress is not None and task is not None:
+            progress.remove_task(task)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _machine(backend: str | None) -> dict[str, Any]:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       "")
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "backend": backend,
+    }
+
+
+async def run_async(
+    sizes: Sequence[str],
+    runs: int = 20,
+    backend: str | None = None,
+    cache: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Generate (or reuse) the checkouts and measure every operation on each.
+
+    Returns the JSON-ready report: `machine`, `runs`, `targets`, `sizes`
+    (per size: spec, backend, setup_ms and per op median_ms/p90_ms/runs) and
+    `ratios`. Raises ValueError for a bad size, coordinator errors as they come.
+    """
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    specs = [parse_size(s) for s in sizes]
+    console = Console(stderr=True)
+    report: dict[str, Any] = {
+        "machine": _machine(backend),
+        "runs": runs,
+        "targets": {
+            op: {"p50_ms": t.p50_ms, "note": t.note, "size": t.size} for op, t in TARGETS.items()
+        },
+        "sizes": {},
+        "ratios": {},
+    }
+    report["targets"]["fork_flatness"] = {"ratio": FORK_FLATNESS, "note": "fork(3GB)/fork(10MB)"}
+    for spec in specs:
+        t = time.perf_counter()
+        repo = await asyncio.to_thread(checkout, spec, cache, progress=progress)
+        prepared = time.perf_counter() - t
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console, disable=not progress, transient=True) as bar:
+            result = await _bench_size(spec, repo, runs, backend, bar if progress else None)
+        result["checkout_s"] = round(prepared, 2)
+        report["sizes"][spec.name] = result
+        report["machine"]["backend"] = result["backend"]
+    forks = {name: r["ops"]["fork"]["median_ms"] for name, r in report["sizes"].items()}
+    if "3GB" in forks and "10MB" in forks and forks["10MB"] > 0:
+        report["ratios"]["fork_3GB_over_10MB"] = round(forks["3GB"] / forks["10MB"], 3)
+    return report
+
+
+def run(
+    sizes: Sequence[str],
+    runs: int = 20,
+    backend: str | None = None,
+    cache: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """`run_async` on a fresh event loop (call `run_async` from async code)."""
+    return asyncio.run(run_async(sizes, runs, backend, cache, progress))
+
+
+def _mark(value: float, limit: float) -> str:
+    return "[green]✓ pass[/]" if value <= limit else "[red]✗ miss[/]"
+
+
+def render(report: dict[str, Any]) -> Table:
+    """The report as a rich Table: one row per size and operation, with target and mark."""
+    machine = report["machine"]
+    table = Table(
+        title=f"Corral substrate benchmark: backend {machine['backend']}, {machine['cores']} "
+              f"cores, kernel {machine['kernel']}, {report['runs']} runs",
+    )
+    for col, justify in (("size", "left"), ("operation", "left"), ("p50 ms", "right"),
+                         ("p90 ms", "right"), ("target", "right"), ("", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for name, result in report["sizes"].items():
+        table.add_row(name, "setup (open)", f"{result['setup_ms']:.1f}",
+                      "", "", "")
+        for op in OPS:
+            stats = result["ops"][op]
+            target = TARGETS.get(op)
+            applies = target is not None and (target.size is None or target.size == name)
+            shown = f"≤ {target.p50_ms:g}" if target is not None else ""
+            if target is not None and target.size is not None and not applies:
+                shown += f" @{target.size}"
+            table.add_row(
+                name, op, f"{stats['median_ms']:.2f}", f"{stats['p90_ms']:.2f}", shown,
+                _mark(stats["median_ms"], target.p50_ms) if applies and target else "",
+            )
+        table.add_section()
+    ratio = report["ratios"].get("fork_3GB_over_10MB")
+    if ratio is not None:
+        table.add_row("3GB/10MB", "fork ratio", f"{ratio:.2f}x", "", f"≤ {FORK_FLATNESS:g}x",
+                      _mark(ratio, FORK_FLATNESS))
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: `python -m bench.substrate [SIZES...] [--runs N] [--backend B]
+    [--cache DIR] [--json FILE] [--no-progress]`. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="corral bench substrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sizes", nargs="*", default=["10MB", "500MB", "3GB"],
+                        help="checkout sizes: 10MB, 500MB, 3GB or any <n>MB (default: all three)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--backend", choices=["overlay", "copy"], default=None)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="checkout cache (default: $CORRAL_BENCH_CACHE or "
+                             "~/.cache/corral/bench)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    report = run(args.sizes, args.runs, args.backend, args.cache, not args.no_progress)
+    Console().print(render(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The conflict guard: a policy that stops a write that would not merge.
+
+On every write intent it merges, for the written file only, the writer's
+tentative content against each live sibling's version over their merge base
+(libgit2's three-way file merge). A write whose hunks would conflict is
+blocked (or deferred) with a reason that names the file, the lines and the
+scope (and effect) that own them. Explicit claims reserve paths or line ranges.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Literal
+
+from ._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
+from ._merge import merge_file, parse_hunks
+from ._policy import View
+
+__all__ = ["Claim", "ConflictGuard"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """`scope` reserves `path` (whole file, or lines first..last, 1-based)."""
+
+    scope: str
+    path: str
+    lines: tuple[int, int] | None = None
+
+
+class ConflictGuard:
+    """Policy: block (or defer) writes that would conflict with a sibling's work."""
+
+    name = "conflict-guard"
+
+    def __init__(self, mode: Literal["block", "defer"] = "block") -> None:
+        self.mode = mode
+        self.claims: list[Claim] = []
+
+    def claim(self, scope: str, path: str, lines: tuple[int, int] | None = None) -> Claim:
+        c = Claim(scope, path, lines)
+        self.claims.append(c)
+        return c
+
+    def release(self, scope: str) -> None:
+        self.claims = [c for c in self.claims if c.scope != scope]
+
+    async def __call__(self, intent: Intent, view: View) -> Decision | None:
+        changes = _writes(intent)
+        if not changes:
+            return None
+        coord = view._coord
+        siblings = [
+            s for s in coord.scopes.values()
+            if not s.discarded and s.name != view.scope and s.name != "root"
+        ]
+        me = coord.scope(view.scope)
+        for change in changes:
+            for c in self.claims:
+                if c.scope != view.scope and c.path == change.path:
+                    if c.lines is None or await self._touches(view, change, c.lines):
+                        where = f"lines {c.lines[0]}-{c.lines[1]} of " if c.lines else ""
+                        return self._stop(f"{where}{change.path} are claimed by {c.scope}",
+                                          c.scope)
+            for sib in siblings:
+                reason = await coord.io(_conflict, coord.trace, me.head, sib.head, sib.name,
+                                        change)
+                if reason:
+                    return self._stop(reason, sib.name)
+        return None
+
+    def _stop(self, reason: str, owner: str) -> Decision:
+        if self.mode == "defer":
+            return Decision(verdict="defer", reason=reason, until=owner)
+        return Decision(verdict="block", reason=reason)
+
+    async def _touches(self, view: View, change: FileChange, lines: tuple[int, int]) -> bool:
+        """Whether the change alters any line in the claimed range of the current file."""
+        old = await view.read(view.scope, change.path) or b""
+        new = view.trace.blob(change.blob) if change.blob else b""
+        a, b = old.splitlines(), new.splitlines()
+        first, last = lines
+        for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+            if tag != "equal" and i1 < last and max(i2, i1 + 1) > first - 1:
+                return True
+        return False
+
+
+def _writes(intent: Intent) -> list[FileChange]:
+    match intent:
+        case FsWrite() | FsPatch():
+            return [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
+        case FsDelete():
+            return [FileChange(path=intent.path, blob=None)]
+        case Exec(changes=changes) if changes:
+            return list(changes)
+    return []
+
+
+def _conflict(trace, ours_head: str, theirs_head: str, theirs: str, change: FileChange) -> str:  # type: ignore[no-untyped-def]
+    """Why writing `change` would conflict with scope `theirs`, or ''."""
+    base = trace.merge_base(ours_head, theirs_head)
+    if base is None:
+        return ""
+    path = change.path
+    base_t = trace.tree_of(base)
+    theirs_t = trace.tree_of(theirs_head)
+
+    def side(tree) -> tuple[str, int] | None:  # type: ignore[no-untyped-def]
+        e = trace.entry(tree, path)
+        return (str(e.id), e.filemode) if e is not None and e.filemode != 0o040000 else None
+
+    anc, t = side(base_t), side(theirs_t)
+    if t == anc:
+        return ""  # they have not touched this file
+    o = (change.blob, change.mode) if change.blob else None
+    if o == t or o == anc:
+        return ""
+    writer = trace.last_writer(theirs_head, base, path)
+    who = _who(trace, writer, theirs)
+    if o is None or t is None:
+        verb = "deleted" if t is None else "changed"
+        return f"{path} was {verb} by {who}; your {'delete' if o is None else 'write'} conflicts"
+    merged = merge_file(trace.repo, path, anc, o, t)
+    if merged.automergeable:
+        return ""
+    hunks = parse_hunks(merged.contents)
+    if hunks:
+        spans = ", ".join(f"{h.ours_start}-{h.ours_end}" for h in hunks)
+        return f"lines {spans} of {path} conflict with changes by {who}"
+    return f"{path} conflicts with changes by {who}"
+
+
+def _who(trace, writer: str | None, scope: str) -> str:  # type: ignore[no-untyped-def]
+    if writer is None:
+        return f"scope {scope}"
+    effect = trace.show(writer).effect
+    return f"scope {scope} (effect {effect.id}, commit {writer[:10]})" if effect else scope
