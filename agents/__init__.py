@@ -1,5 +1,42 @@
-"""Agents: tasks and model providers on top of the coordinator's public API."""
+"""Agents: tasks and model providers on top of the coordinator's public API.
 
+The built-in coding agent (`CodingAgent`), model calls recorded as effects
+(`ModelCaller`), replay (`replay`), the LLM supervisor (`LLMSupervisor`), the
+orchestration behind `corral run` (`run_tasks`), and the scripted agent.
+"""
+
+from ._model_effects import ModelBlocked, ModelCaller, ModelResult, canonical
+from ._transcript import Transcript, step_commit, transcript_at
+from .coding import SYSTEM_PROMPT, TOOLS, AgentResult, CodingAgent
+from .replay import Changes, ReplayProvider, ReplayReport, replay
+from .run import RunReport, run_tasks
 from .scripted import Delete, Patch, Run, ScriptedAgent, Send, Step, Write
+from .supervisor import LLMSupervisor
 
-__all__ = ["Delete", "Patch", "Run", "ScriptedAgent", "Send", "Step", "Write"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "TOOLS",
+    "AgentResult",
+    "Changes",
+    "CodingAgent",
+    "Delete",
+    "LLMSupervisor",
+    "ModelBlocked",
+    "ModelCaller",
+    "ModelResult",
+    "Patch",
+    "ReplayProvider",
+    "ReplayReport",
+    "Run",
+    "RunReport",
+    "ScriptedAgent",
+    "Send",
+    "Step",
+    "Transcript",
+    "Write",
+    "canonical",
+    "replay",
+    "run_tasks",
+    "step_commit",
+    "transcript_at",
+]

@@ -7,6 +7,12 @@ Every operation is timed `runs` times end to end through the public async API
 and reported as median and p90 in milliseconds, against the design targets.
 
     python -m bench.substrate 10MB 500MB --runs 20 --json report.json
+
+Where the fuse backend works, each size also gets a fuse column (FUSE_OPS): fork,
+a stat+read walk of the checkout through the FUSE mount and through the overlay
+under it, 1000 small files written by a process (each create asked and recorded),
+and the latency one intercepted open-for-write adds, with an allow-all policy and
+with the conflict guard.
 """
 
 from __future__ import annotations
@@ -32,14 +38,25 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from coordinator import Coordinator, ExecOutcome, Scope
+from coordinator import ConflictGuard, Coordinator, ExecOutcome, Scope, allow_all
 
 from ._synth import CheckoutSpec, checkout, parse_size, source_paths
 
-__all__ = ["OPS", "TARGETS", "Target", "main", "render", "run", "run_async"]
+__all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "main", "render", "run", "run_async"]
 
 OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead")
 """Every operation the report holds, per size, in table order."""
+
+FUSE_OPS = (
+    "fork", "walk", "walk_overlay", "write_1000", "write_1000_overlay",
+    "open_write", "open_write_intercepted", "open_write_guarded",
+)
+"""The fuse column: every figure in ms (open_write*: one open+close of an existing
+file for writing, without interception, with an allow-all policy, with the guard)."""
+FUSE_FILES = 1000
+FUSE_OPEN_SAMPLES = 300
+INTERCEPT_TARGET_US = 300.0
+"""Target for the latency one intercepted open-for-write adds (p50, allow-all)."""
 
 REWIND_EFFECTS, REWIND_FILES, REWIND_EXECS = 20, 50, 5
 MERGE_FILES = 10
@@ -248,6 +265,115 @@ async def _bench_size(
         shutil.rmtree(state, ignore_errors=True)
 
 
+_WRITER = """
+import os, sys, time
+root, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(os.path.join(root, "bench-w"), exist_ok=True)
+t = time.perf_counter()
+for i in range(n):
+    with open(os.path.join(root, "bench-w", f"f{i}.txt"), "w") as f:
+        f.write(f"small file {i}\\n")
+print(time.perf_counter() - t)
+"""
+
+
+def _walk(root: Path) -> int:
+    """stat every entry and read every file below `root`; returns the bytes read."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            os.lstat(os.path.join(dirpath, name))
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                with open(path, "rb") as f:
+                    total += len(f.read())
+    return total
+
+
+def _opens(path: Path, samples: int) -> list[float]:
+    """Seconds of each open(O_WRONLY)+close of the existing file `path`."""
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        os.close(os.open(path, os.O_WRONLY))
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def _write_files(root: Path) -> float:
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", _WRITER, str(root), str(FUSE_FILES)],
+        capture_output=True, text=True, check=True,
+    )
+    return float(done.stdout.strip())
+
+
+async def _bench_fuse(spec: CheckoutSpec, repo: Path, runs: int) -> dict[str, Any]:
+    """The fuse column for one size (see FUSE_OPS)."""
+    samples: dict[str, list[float]] = {op: [] for op in FUSE_OPS}
+    heavy = max(1, min(runs // 2, 3))  # a walk of 3 GB through Python takes a while
+    state = Path(tempfile.mkdtemp(prefix=f"corral-bench-fuse-{spec.name}-"))
+    try:
+        async with Coordinator.open(state, repo=repo, backend="fuse",
+                                    policies=[allow_all]) as coord:
+            root = coord.root
+            for i in range(runs):
+                t = time.perf_counter()
+                child = await root.fork(f"f{i}")
+                samples["fork"].append(time.perf_counter() - t)
+                await child.discard()
+            for _ in range(heavy):
+                t = time.perf_counter()
+                await asyncio.to_thread(_walk, root.workspace.backing)
+                samples["walk_overlay"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await asyncio.to_thread(_walk, root.path)
+                samples["walk"].append(time.perf_counter() - t)
+            for i in range(heavy):
+                w = await root.fork(f"w{i}")
+                samples["write_1000"].append(await _write_files(w.path))
+                samples["write_1000_overlay"].append(await _write_files(w.workspace.backing))
+                await w.discard()
+            s = await root.fork("o")
+            await s.write("bench-open.txt", b"x\n")
+            target = s.path / "bench-open.txt"
+            assert s.live is not None
+            s.workspace.intercept(None)
+            samples["open_write"] = await asyncio.to_thread(_opens, target, FUSE_OPEN_SAMPLES)
+            s.workspace.intercept(s.live)
+            samples["open_write_intercepted"] = await asyncio.to_thread(
+                _opens, target, FUSE_OPEN_SAMPLES)
+            # the guard with two live siblings to compare against
+            for name in ("g1", "g2"):
+                await root.fork(name)
+            coord.chain.policies = [ConflictGuard()]
+            samples["open_write_guarded"] = await asyncio.to_thread(
+                _opens, target, FUSE_OPEN_SAMPLES)
+        ops = {op: _stats(samples[op]) for op in FUSE_OPS}
+        base = statistics.median(samples["open_write"])
+        return {
+            "backend": "fuse",
+            "ops": ops,
+            "walk_mb": round(spec.total_bytes / 2**20),
+            "added_us": {
+                "allow_all_p50": round((statistics.median(samples["open_write_intercepted"])
+                                        - base) * 1e6, 1),
+                "guard_p50": round((statistics.median(samples["open_write_guarded"]) - base)
+                                   * 1e6, 1),
+                "target_p50": INTERCEPT_TARGET_US,
+            },
+        }
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _fuse_available() -> bool:
+    from sandboxes import FuseBackend
+
+    return FuseBackend.unavailable_reason() is None
+
+
 def _machine(backend: str | None) -> dict[str, Any]:
     cpu = ""
     try:
@@ -272,12 +398,14 @@ async def run_async(
     backend: str | None = None,
     cache: Path | None = None,
     progress: bool = True,
+    fuse: bool | None = None,
 ) -> dict[str, Any]:
     """Generate (or reuse) the checkouts and measure every operation on each.
 
     Returns the JSON-ready report: `machine`, `runs`, `targets`, `sizes`
-    (per size: spec, backend, setup_ms and per op median_ms/p90_ms/runs) and
-    `ratios`. Raises ValueError for a bad size, coordinator errors as they come.
+    (per size: spec, backend, setup_ms and per op median_ms/p90_ms/runs, and
+    `fuse`: the fuse column, when `fuse` is True or None and the backend works)
+    and `ratios`. Raises ValueError for a bad size, coordinator errors as they come.
     """
     if runs < 1:
         raise ValueError("runs must be at least 1")
@@ -302,6 +430,8 @@ async def run_async(
         with Progress(*columns, console=console, disable=not progress, transient=True) as bar:
             result = await _bench_size(spec, repo, runs, backend, bar if progress else None)
         result["checkout_s"] = round(prepared, 2)
+        if fuse or (fuse is None and _fuse_available()):
+            result["fuse"] = await _bench_fuse(spec, repo, runs)
         report["sizes"][spec.name] = result
         report["machine"]["backend"] = result["backend"]
     forks = {name: r["ops"]["fork"]["median_ms"] for name, r in report["sizes"].items()}
@@ -316,9 +446,10 @@ def run(
     backend: str | None = None,
     cache: Path | None = None,
     progress: bool = True,
+    fuse: bool | None = None,
 ) -> dict[str, Any]:
     """`run_async` on a fresh event loop (call `run_async` from async code)."""
-    return asyncio.run(run_async(sizes, runs, backend, cache, progress))
+    return asyncio.run(run_async(sizes, runs, backend, cache, progress, fuse))
 
 
 def _mark(value: float, limit: float) -> str:
@@ -350,6 +481,19 @@ def render(report: dict[str, Any]) -> Table:
                 _mark(stats["median_ms"], target.p50_ms) if applies and target else "",
             )
         table.add_section()
+        fuse = result.get("fuse")
+        if fuse is not None:
+            for op in FUSE_OPS:
+                stats = fuse["ops"][op]
+                table.add_row(name, f"fuse {op}", f"{stats['median_ms']:.2f}",
+                              f"{stats['p90_ms']:.2f}", "", "")
+            added = fuse["added_us"]
+            table.add_row(name, "fuse open_write added µs (allow-all)",
+                          f"{added['allow_all_p50']:.0f}", "", f"≤ {added['target_p50']:g}",
+                          _mark(added["allow_all_p50"], added["target_p50"]))
+            table.add_row(name, "fuse open_write added µs (guard)", f"{added['guard_p50']:.0f}",
+                          "", "", "")
+            table.add_section()
     ratio = report["ratios"].get("fork_3GB_over_10MB")
     if ratio is not None:
         table.add_row("3GB/10MB", "fork ratio", f"{ratio:.2f}x", "", f"≤ {FORK_FLATNESS:g}x",
@@ -365,14 +509,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sizes", nargs="*", default=["10MB", "500MB", "3GB"],
                         help="checkout sizes: 10MB, 500MB, 3GB or any <n>MB (default: all three)")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--backend", choices=["overlay", "copy"], default=None)
+    parser.add_argument("--backend", default=None, help="overlay, copy, ... (default: best)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="checkout cache (default: $CORRAL_BENCH_CACHE or "
                              "~/.cache/corral/bench)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure the fuse column (default: where the fuse backend works)")
     args = parser.parse_args(argv)
-    report = run(args.sizes, args.runs, args.backend, args.cache, not args.no_progress)
+    report = run(args.sizes, args.runs, args.backend, args.cache, not args.no_progress,
+                 args.fuse)
     Console().print(render(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,5 +1,6 @@
 """Corral's coordinator: scopes, effects, the git trace, the supervisor and merges."""
 
+from ._auth import AuthError, Forbidden
 from ._coordinator import Coordinator
 from ._effects import (
     FORMAT_VERSION,
@@ -9,6 +10,8 @@ from ._effects import (
     ExecOutcome,
     FileChange,
     FsDelete,
+    FsOp,
+    FsOpKind,
     FsOutcome,
     FsPatch,
     FsWrite,
@@ -44,14 +47,38 @@ from ._errors import (
     UnknownScope,
 )
 from ._events import Event, EventBus, Subscription
+from ._gate import GateRule, HumanGate
 from ._guard import Claim, ConflictGuard
+from ._hub import ServerConfig
 from ._merge import Conflict, Hunk, MergeResult, Resolver
-from ._policy import Policy, PolicyChain, ScopeInfo, View, allow, allow_all, block, defer, rewrite
+from ._policy import (
+    Policy,
+    PolicyChain,
+    ScopeInfo,
+    View,
+    allow,
+    allow_all,
+    block,
+    defer,
+    load_policy,
+    rewrite,
+)
+from ._reviewers import ReviewerPool
 from ._scope import Result, Scope
+from ._server import make_app, run_server
 from ._trace import Trace, TraceEntry
 
 __all__ = [
     "FORMAT_VERSION",
+    "AuthError",
+    "Forbidden",
+    "GateRule",
+    "HumanGate",
+    "ReviewerPool",
+    "ServerConfig",
+    "load_policy",
+    "make_app",
+    "run_server",
     "Claim",
     "Conflict",
     "ConflictGuard",
@@ -65,6 +92,8 @@ __all__ = [
     "ExecOutcome",
     "FileChange",
     "FsDelete",
+    "FsOp",
+    "FsOpKind",
     "FsOutcome",
     "FsPatch",
     "FsWrite",

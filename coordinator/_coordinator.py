@@ -27,6 +27,7 @@ from sandboxes import Backend, SandboxError, Workspace
 from ._effects import Effect
 from ._errors import CorralError, SandboxFailure, StateError, UnknownScope
 from ._events import EventBus
+from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
 from ._scope import Scope
@@ -53,6 +54,11 @@ class Coordinator:
         # pygit2, file copies and mount calls block: they run on these threads.
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="corral-io")
         self._lockfile: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
+        self.live_timeout = LIVE_TIMEOUT_S
+        """Seconds the policy chain has to decide on a live call in a fuse workspace
+        before the call is denied (and the denial recorded)."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -73,7 +79,8 @@ class Coordinator:
         A new state directory needs `repo` (a local git repository) and imports
         commit `base` of it as the snapshot. An existing one is reopened: every
         scope's workspace is rebuilt from its head in the trace. `backend`
-        picks the sandbox ("overlay", "copy"; default: the best available).
+        picks the sandbox ("overlay", "copy", or "fuse" for live interception of
+        writes by any process in a workspace; default: the best available, never fuse).
         `clock` (epoch seconds) makes commit ids reproducible.
 
         Raises StateError when the directory is in use or was made from a
@@ -82,6 +89,7 @@ class Coordinator:
         coord = await asyncio.to_thread(
             cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
         )
+        coord._loop = asyncio.get_running_loop()
         try:
             yield coord
         finally:
@@ -173,6 +181,7 @@ class Coordinator:
         """Release every workspace and mount; the trace stays. Idempotent."""
         if self._lockfile is None:
             return
+        await stop_live(self)
         self.events.close()
         try:
             await asyncio.get_running_loop().run_in_executor(self._pool, self.backend.close)

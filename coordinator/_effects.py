@@ -21,6 +21,8 @@ __all__ = [
     "ExecOutcome",
     "FileChange",
     "FsDelete",
+    "FsOp",
+    "FsOpKind",
     "FsOutcome",
     "FsPatch",
     "FsWrite",
@@ -91,6 +93,27 @@ class FsPatch(_Record):
 class FsDelete(_Record):
     kind: Literal["fs.delete"] = "fs.delete"
     path: str
+
+
+FsOpKind = Literal[
+    "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
+    "chmod",
+]
+
+
+class FsOp(_Record):
+    """A mutating filesystem call by a process in a fuse workspace, asked before it happens.
+
+    Allowed, a write open becomes `fs.write` effects when the file is closed; any
+    other call is recorded as this intent with the files it changed as outcome.
+    """
+
+    kind: Literal["fs.op"] = "fs.op"
+    op: FsOpKind
+    path: str
+    """Workspace-relative path the call changes (rename: the source)."""
+    target: str | None = None
+    """rename: the destination; link: the existing file; symlink: the link's content."""
 
 
 class Exec(_Record):
@@ -171,6 +194,7 @@ Intent = Annotated[
     FsWrite
     | FsPatch
     | FsDelete
+    | FsOp
     | Exec
     | ModelCall
     | ToolCall
@@ -298,6 +322,8 @@ class Effect(_Record):
         match i:
             case FsWrite() | FsPatch() | FsDelete():
                 detail = i.path
+            case FsOp():
+                detail = f"{i.op} {i.path}" + (f" -> {i.target}" if i.target else "")
             case Exec():
                 detail = " ".join(i.argv)[:80]
             case ModelCall():

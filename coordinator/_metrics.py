@@ -4,11 +4,14 @@ in one process, as in tests and benchmarks, do not collide)."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ._coordinator import Coordinator
@@ -35,6 +38,20 @@ class Metrics:
             registry=r,
         )
         self.active_scopes = Gauge("corral_active_scopes", "Live scopes", registry=r)
+        self.review_seconds = Histogram(
+            "corral_intent_review_seconds", "Time the policy chain took to decide an intent",
+            ["kind"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.effect_seconds = Histogram(
+            "corral_effect_seconds",
+            "Coordinator time per effect requested over the API (inside the scope operation)",
+            ["kind"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.model_tokens = Counter(
+            "corral_model_tokens", "Model tokens used, by type (prompt, cached, completion)",
+            ["type"], registry=r,
+        )
+        self._layers: _LayerBytes | None = None
 
     def decision(self, kind: str, verdict: str) -> None:
         self.effects.labels(kind, verdict).inc()
@@ -51,5 +68,40 @@ class Metrics:
         if n:
             self.merge_conflicts.inc(n)
 
+    def tokens(self, prompt: int = 0, cached: int = 0, completion: int = 0) -> None:
+        """Count one model call's tokens (`cached` is the part of `prompt` served
+        from the provider's prompt cache)."""
+        for kind, n in (("prompt", prompt), ("cached", cached), ("completion", completion)):
+            if n:
+                self.model_tokens.labels(kind).inc(n)
+
     def scope_count(self, coord: Coordinator) -> None:
         self.active_scopes.set(sum(1 for s in coord.scopes.values() if not s.discarded))
+        if self._layers is None:
+            self._layers = _LayerBytes(coord)
+            self.registry.register(self._layers)
+
+
+class _LayerBytes(Collector):
+    """`corral_layer_bytes{scope}`: bytes held in each live scope's own layer,
+    measured when Prometheus scrapes (never on the agents' path)."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self._coord = weakref.ref(coord)
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily("corral_layer_bytes", "Bytes held in a scope's own layer",
+                                  labels=["scope"])]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("corral_layer_bytes", "Bytes held in a scope's own layer",
+                                   labels=["scope"])
+        coord = self._coord()
+        for scope in list(coord.scopes.values()) if coord is not None else []:
+            if scope.discarded:
+                continue
+            try:
+                family.add_metric([scope.name], scope.workspace.layer_bytes)
+            except OSError:  # a layer released between listing and measuring
+                continue
+        yield family

@@ -8,9 +8,12 @@ blocks the intent (fail closed) with the error as the reason.
 
 from __future__ import annotations
 
+import importlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._effects import Decision, Effect, Intent
 
@@ -26,6 +29,7 @@ __all__ = [
     "allow_all",
     "block",
     "defer",
+    "load_policy",
     "rewrite",
 ]
 
@@ -72,6 +76,13 @@ class View:
         self._coord = coord
         self.effect = effect
         self.scope = effect.scope
+        self.notes: list[str] = []
+        """Remarks of policies that abstained (a reviewer that timed out, a gate
+        approval); the chain appends them to the final decision's reason."""
+
+    def note(self, text: str) -> None:
+        """Record a remark in the final decision without deciding."""
+        self.notes.append(text)
 
     def scopes(self) -> list[ScopeInfo]:
         """Every live scope."""
@@ -113,6 +124,18 @@ class PolicyChain:
         self.policies.append(policy)
 
     async def decide(self, intent: Intent, view: View) -> Decision:
+        start = time.perf_counter()
+        decision = await self._decide(intent, view)
+        notes = getattr(view, "notes", None)
+        if notes:
+            reason = "; ".join(r for r in (decision.reason, *notes) if r)
+            decision = decision.model_copy(update={"reason": reason})
+        metrics = getattr(getattr(view, "_coord", None), "metrics", None)
+        if metrics is not None:
+            metrics.review_seconds.labels(intent.kind).observe(time.perf_counter() - start)
+        return decision
+
+    async def _decide(self, intent: Intent, view: View) -> Decision:
         for policy in self.policies:
             name = _name(policy)
             try:
@@ -126,3 +149,30 @@ class PolicyChain:
                     decision = decision.model_copy(update={"policy": name})
                 return decision
         return Decision(verdict="allow", policy="default")
+
+
+def load_policy(spec: str) -> Policy:
+    """The policy named `spec`: an entry point of the group `corral.policies`
+    (e.g. "allow-all") or a `module:attr` path. A class (or any callable taking
+    no arguments that is not itself a policy function) is not instantiated:
+    name an instance or a function. Raises LookupError when nothing matches."""
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise LookupError(f"cannot load policy {spec!r}: {e}") from e
+    else:
+        found = [ep for ep in entry_points(group="corral.policies") if ep.name == spec]
+        if not found:
+            names = sorted(ep.name for ep in entry_points(group="corral.policies"))
+            raise LookupError(
+                f"no policy {spec!r} in entry point group corral.policies "
+                f"(found: {', '.join(names) or 'none'}); or give module:attr"
+            )
+        obj = found[0].load()
+    if not callable(obj):
+        raise LookupError(f"policy {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]

@@ -49,6 +49,7 @@ from ._errors import (
 )
 from ._events import Event
 from ._ignore import IgnoreRules
+from ._live import LiveWrites, attach_live
 from ._merge import MergeResult, Resolver, three_way
 from ._patch import apply_unified_diff
 from ._paths import check_path, resolve_in
@@ -96,6 +97,14 @@ class Result:
 Act = Callable[[Intent], Awaitable[tuple[Outcome, TreeChanges]]]
 
 
+@dataclass(frozen=True, slots=True)
+class InThread:
+    """An act that blocks (files, git): it runs on an io thread in the same hop
+    as the commit that records it, so a write costs one thread hop, not two."""
+
+    fn: Callable[[Intent], tuple[Outcome, TreeChanges]]
+
+
 class _Blocked(Exception):
     """Raised inside an act when a second review (an exec's outcome) blocks."""
 
@@ -127,6 +136,9 @@ class Scope:
         self.inbox: list[Message] = []
         self._seq = seq
         self._lock = asyncio.Lock()
+        # The coordinator's own reads and writes go to `workspace.backing`; on a
+        # backend that intercepts `path` (fuse), calls made there are asked here.
+        self.live: LiveWrites | None = attach_live(self)
 
     def __repr__(self) -> str:
         return f"<Scope {self.name} at {self.head[:12]}{' discarded' if self.discarded else ''}>"
@@ -147,7 +159,9 @@ class Scope:
 
     # -- the one path -------------------------------------------------------------
 
-    async def perform(self, intent: Intent, act: Act, *, cause: str | None = None) -> Result:
+    async def perform(
+        self, intent: Intent, act: Act | InThread, *, cause: str | None = None
+    ) -> Result:
         """Propose `intent`, let the policy chain decide, and if allowed run `act`
         (which carries it out and returns the outcome and tree changes), commit,
         and return. A blocked intent returns a Result whose `reason` says why."""
@@ -157,7 +171,7 @@ class Scope:
     async def _perform(
         self,
         intent: Intent,
-        act: Act,
+        act: Act | InThread,
         *,
         cause: str | None = None,
         parents: Sequence[str] | None = None,
@@ -180,22 +194,32 @@ class Scope:
         try:
             decision = await self._decide(pending, intent)
             if not decision.allowed:
-                return await self._record(pending.model_copy(
-                    update={"status": "blocked", "decision": decision}
-                ))
+                return await self._record(
+                    pending.model_copy(update={"status": "blocked", "decision": decision})
+                )
             todo = decision.rewritten if decision.verdict == "rewrite" else intent
             assert todo is not None
             try:
+                if isinstance(act, InThread):
+                    return await self._act_and_record(pending, decision, todo, act, parents, tree)
                 outcome, changes = await act(todo)
             except _Blocked as b:
-                return await self._record(pending.model_copy(
-                    update={"status": "blocked", "decision": b.decision, "outcome": b.outcome,
-                            "intent": b.intent}
-                ))
+                return await self._record(
+                    pending.model_copy(
+                        update={
+                            "status": "blocked",
+                            "decision": b.decision,
+                            "outcome": b.outcome,
+                            "intent": b.intent,
+                        }
+                    )
+                )
             except CorralError as e:
-                await self._record(pending.model_copy(
-                    update={"status": "failed", "decision": decision, "error": str(e)}
-                ))
+                await self._record(
+                    pending.model_copy(
+                        update={"status": "failed", "decision": decision, "error": str(e)}
+                    )
+                )
                 raise
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
@@ -210,6 +234,33 @@ class Scope:
         coord.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
         coord.metrics.decision(intent.kind, decision.verdict)
         return decision
+
+    async def _act_and_record(
+        self,
+        pending: Effect,
+        decision: Decision,
+        todo: Intent,
+        act: InThread,
+        parents: Sequence[str] | None,
+        tree: str | None,
+    ) -> Result:
+        trace = self._coord.trace
+        head = self.head
+
+        def work() -> tuple[Effect, str]:
+            outcome, changes = act.fn(todo)
+            effect = pending.model_copy(
+                update={"status": "materialized", "decision": decision, "outcome": outcome}
+            )
+            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes)
+            return effect, trace.commit_effect(
+                effect, t, parents if parents is not None else [head]
+            )
+
+        effect, sha = await self._coord.io(work)
+        self.head = sha
+        self._coord.events.publish(Event("effect", effect, sha))
+        return Result(effect, sha)
 
     async def _record(
         self,
@@ -239,7 +290,7 @@ class Scope:
         Raises PathError for a bad path, FileNotFoundError when it does not exist.
         """
         self._check_live()
-        target = resolve_in(self.workspace.path, path, follow_last=True)
+        target = resolve_in(self.workspace.backing, path, follow_last=True)
 
         def read() -> bytes:
             if target.is_dir():
@@ -262,8 +313,8 @@ class Scope:
     async def listdir(self, path: str = "") -> list[str]:
         """Names in a workspace directory (sorted); '' is the root."""
         self._check_live()
-        target = resolve_in(self.workspace.path, path, follow_last=True) if path else None
-        d = target or self.workspace.path
+        target = resolve_in(self.workspace.backing, path, follow_last=True) if path else None
+        d = target or self.workspace.backing
         return await self._coord.io(lambda: sorted(p.name for p in d.iterdir()))
 
     # -- file effects -------------------------------------------------------------
@@ -277,8 +328,9 @@ class Scope:
         if mode not in (0o100644, 0o100755):
             raise PathError(f"mode {oct(mode)} is not a file mode (use 0o100644 or 0o100755)")
         blob = await self._coord.io(self._coord.trace.write_blob, bytes(data))
-        return await self.perform(FsWrite(path=path, blob=blob, mode=mode), self._act_files,
-                                  cause=cause)
+        return await self.perform(
+            FsWrite(path=path, blob=blob, mode=mode), InThread(self._files_act), cause=cause
+        )
 
     async def patch(self, path: str, diff: str | bytes, *, cause: str | None = None) -> Result:
         """Apply unified-diff hunks to `path`. Raises PatchError when they do not apply,
@@ -295,27 +347,27 @@ class Scope:
             )
             mode = await self._coord.io(self._mode_of, path)
             intent = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode)
-            return await self._perform(intent, self._act_files, cause=cause)
+            return await self._perform(intent, InThread(self._files_act), cause=cause)
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""
         path = self._writable(path)
-        target = resolve_in(self.workspace.path, path, follow_last=False)
+        target = resolve_in(self.workspace.backing, path, follow_last=False)
         if not target.is_symlink() and not target.is_file():
             raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
-        return await self.perform(FsDelete(path=path), self._act_files, cause=cause)
+        return await self.perform(FsDelete(path=path), InThread(self._files_act), cause=cause)
 
     def _writable(self, path: str) -> str:
         self._check_live()
         path = check_path(path)
-        resolve_in(self.workspace.path, path, follow_last=False)
+        resolve_in(self.workspace.backing, path, follow_last=False)
         return path
 
     def _mode_of(self, path: str) -> int:
-        target = resolve_in(self.workspace.path, path, follow_last=False)
+        target = resolve_in(self.workspace.backing, path, follow_last=False)
         return 0o100755 if target.stat().st_mode & 0o111 else 0o100644
 
-    async def _act_files(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
+    def _files_act(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         match intent:
             case FsWrite() | FsPatch():
                 changes = [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
@@ -323,16 +375,16 @@ class Scope:
                 changes = [FileChange(path=intent.path, blob=None)]
             case _:
                 raise CorralError(f"not a file intent: {intent.kind}")
-        return await self._coord.io(self._materialize, changes)
+        return self._materialize(changes)
 
     def _materialize(self, changes: Sequence[FileChange]) -> tuple[FsOutcome, TreeChanges]:
         """Write `changes` into the workspace; the tracked ones become tree changes."""
         trace = self._coord.trace
         for c in changes:  # re-check: a symlink could have appeared since the proposal
-            resolve_in(self.workspace.path, c.path, follow_last=False)
+            resolve_in(self.workspace.backing, c.path, follow_last=False)
         try:
             apply_changes(
-                self.workspace.path,
+                self.workspace.backing,
                 [Change(c.path, trace.blob(c.blob) if c.blob else None, c.mode) for c in changes],
             )
         except OSError as e:
@@ -382,7 +434,10 @@ class Scope:
         trace = coord.trace
         try:
             run = await coord.io(
-                self.workspace.run, list(intent.argv), timeout=intent.timeout, env=env,
+                self.workspace.run,
+                list(intent.argv),
+                timeout=intent.timeout,
+                env=env,
                 network=intent.network,
             )
         except Exception as e:
@@ -391,7 +446,8 @@ class Scope:
         def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
             files = [
                 FileChange(
-                    path=c.path, blob=trace.write_blob(c.data) if c.data is not None else None,
+                    path=c.path,
+                    blob=trace.write_blob(c.data) if c.data is not None else None,
                     mode=c.mode,
                 )
                 for c in run.changes
@@ -413,13 +469,17 @@ class Scope:
             # The second review: the command's file changes, before they land.
             reviewed = intent.model_copy(update={"changes": tuple(files)})
             pending = Effect(
-                id=f"{self.name}#{self._seq - 1}", scope=self.name, seq=self._seq - 1,
-                parent=self.head, status="pending", intent=reviewed,
+                id=f"{self.name}#{self._seq - 1}",
+                scope=self.name,
+                seq=self._seq - 1,
+                parent=self.head,
+                status="pending",
+                intent=reviewed,
             )
             decision = await self._decide(pending, reviewed)
             if not decision.allowed:
                 raise _Blocked(decision, outcome, reviewed)
-            await coord.io(lambda: apply_changes(self.workspace.path, list(run.changes)))
+            await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     # -- messages -----------------------------------------------------------------
@@ -433,8 +493,7 @@ class Scope:
             target.inbox.append(intent)
             return NoOutcome(), {}
 
-        return await self.perform(Message(to=to, text=text, sender=self.name), deliver,
-                                  cause=cause)
+        return await self.perform(Message(to=to, text=text, sender=self.name), deliver, cause=cause)
 
     def take_messages(self) -> list[Message]:
         """Messages received since the last call, oldest first."""
@@ -443,10 +502,12 @@ class Scope:
 
     # -- scope operations ---------------------------------------------------------
 
-    async def fork(self, name: str) -> Scope:
-        """A child scope at this scope's head, with a copy-on-write workspace.
+    async def fork(self, name: str, *, at: str | None = None) -> Scope:
+        """A child scope at this scope's head (or at `at`, an earlier commit of
+        this scope's history), with a copy-on-write workspace.
 
-        Raises ScopeExists when `name` is taken, PathError for a bad name.
+        Raises ScopeExists when `name` is taken, PathError for a bad name,
+        RewindError when `at` is not in this scope's history.
         """
         coord = self._coord
         if not _NAME.match(name) or name.endswith(".lock"):
@@ -455,21 +516,36 @@ class Scope:
             self._check_live()
             if name in coord.scopes and not coord.scopes[name].discarded:
                 raise ScopeExists(f"scope {name!r} already exists")
+            head = self.head
+            if at is not None:
+                at = str((await coord.io(coord.trace.commit, at)).id)
+                if not await coord.io(coord.trace.is_ancestor, at, head):
+                    raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
             with coord.metrics.timed("fork"):
                 try:
                     ws = await coord.io(self.workspace.fork, name)
                 except Exception as e:
                     raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
-                intent = ScopeFork(child=name, parent=self.name, at=self.head,
-                                   backend=coord.backend.name)
-                effect = Effect(
-                    id=f"{name}#0", scope=name, seq=0, parent=self.head, status="materialized",
-                    intent=intent, decision=Decision(verdict="allow"), outcome=NoOutcome(),
+                start = at or head
+                intent = ScopeFork(
+                    child=name, parent=self.name, at=start, backend=coord.backend.name
                 )
-                head = self.head
-                tree = await coord.io(lambda: str(coord.trace.commit(head).tree_id))
-                sha = await coord.io(coord.trace.commit_effect, effect, tree, [head])
+                effect = Effect(
+                    id=f"{name}#0",
+                    scope=name,
+                    seq=0,
+                    parent=start,
+                    status="materialized",
+                    intent=intent,
+                    decision=Decision(verdict="allow"),
+                    outcome=NoOutcome(),
+                )
+                tree = await coord.io(lambda: str(coord.trace.commit(start).tree_id))
+                sha = await coord.io(coord.trace.commit_effect, effect, tree, [start])
                 child = Scope(coord, name, ws, sha, sha, self.name, 1)
+                if start != head:
+                    # The workspace forked at the parent's head: take it back to `at`.
+                    await coord.io(child._rewind_workspace, head, start)
                 coord.scopes[name] = child
                 coord.events.publish(Event("effect", effect, sha))
                 coord.metrics.scope_count(coord)
@@ -493,25 +569,29 @@ class Scope:
         trace = coord.trace
         async with self._lock:
             self._check_live()
-            target = await coord.io(self._rewind_target, to, steps)
             head = self.head
-            archive = await coord.io(self._unique_ref, f"{ARCHIVE_PREFIX}{self.name}/rewound-")
+
+            def plan() -> tuple[str, str, str]:
+                target = self._rewind_target(to, steps)
+                archive = self._unique_ref(f"{ARCHIVE_PREFIX}{self.name}/rewound-")
+                return target, archive, str(trace.commit(target).tree_id)
+
+            target, archive, tree = await coord.io(plan)
             intent = ScopeRewind(to=target, head=head)
 
-            async def act(_: Intent) -> tuple[Outcome, TreeChanges]:
+            def act(_: Intent) -> tuple[Outcome, TreeChanges]:
                 with coord.metrics.timed("rewind"):
-                    await coord.io(self._rewind_workspace, head, target)
-                    await coord.io(trace.set_ref, archive, head)
+                    self._rewind_workspace(head, target)
+                    trace.set_ref(archive, head)
                 return NoOutcome(), {}
 
-            tree = await coord.io(lambda: str(trace.commit(target).tree_id))
-            return await self._perform(intent, act, cause=cause, parents=[target], tree=tree)
+            return await self._perform(
+                intent, InThread(act), cause=cause, parents=[target], tree=tree
+            )
 
     def _rewind_target(self, to: str | None, steps: int | None) -> str:
         trace = self._coord.trace
-        line = [e.commit for e in trace.walk(self.head)]  # newest first
-        fork_index = line.index(self.fork_point) if self.fork_point in line else len(line) - 1
-        line = line[: fork_index + 1]
+        line = trace.first_parents(self.head, self.fork_point)  # newest first
         if steps is not None:
             if steps >= len(line):
                 raise RewindError(
@@ -552,14 +632,15 @@ class Scope:
             for p, v in changes.items()
         ]
         for p in sorted(extra_deletes - set(changes)):
-            if (self.workspace.path / p).exists() or (self.workspace.path / p).is_symlink():
+            if (self.workspace.backing / p).exists() or (self.workspace.backing / p).is_symlink():
                 todo.append(Change(p, None))
-        apply_changes(self.workspace.path, todo)
+        apply_changes(self.workspace.backing, todo)
 
     def _unique_ref(self, prefix: str) -> str:
-        taken = set(self._coord.trace.refs(prefix))
+        # Probe names one by one: listing every ref grows with the trace's history.
+        refs = self._coord.trace.repo.references
         n = self._seq
-        while f"{prefix}{n}" in taken:
+        while refs.get(f"{prefix}{n}") is not None:
             n += 1
         return f"{prefix}{n}"
 
@@ -601,14 +682,20 @@ class Scope:
                 )
             coord.metrics.conflicts(len(result.conflicts))
             if dry_run:
-                return MergeResult(result.base, result.tree, result.conflicts, result.changes,
-                                   None, True)
+                return MergeResult(
+                    result.base, result.tree, result.conflicts, result.changes, None, True
+                )
             conflicts = tuple(c.path for c in result.conflicts)
             intent = ScopeMerge(other=theirs.name, other_head=theirs_head, strategy=strategy)
             if result.tree is None:
                 failed = Effect(
-                    id=f"{self.name}#{self._seq}", scope=self.name, seq=self._seq,
-                    parent=self.head, cause=cause, status="failed", intent=intent,
+                    id=f"{self.name}#{self._seq}",
+                    scope=self.name,
+                    seq=self._seq,
+                    parent=self.head,
+                    cause=cause,
+                    status="failed",
+                    intent=intent,
                     outcome=MergeOutcome(base=base, conflicts=conflicts),
                     error=f"{len(conflicts)} conflicting path(s): {', '.join(conflicts)}",
                 )
@@ -624,12 +711,14 @@ class Scope:
                 await coord.io(self._apply_tree_changes, result.changes)
                 return MergeOutcome(base=base, conflicts=conflicts, changes=file_changes), {}
 
-            done = await self._perform(intent, act, cause=cause,
-                                       parents=[ours_head, theirs_head], tree=result.tree)
+            done = await self._perform(
+                intent, act, cause=cause, parents=[ours_head, theirs_head], tree=result.tree
+            )
             if not done.ok:
                 return MergeResult(result.base, None, result.conflicts, result.changes)
-            return MergeResult(result.base, result.tree, result.conflicts, result.changes,
-                               done.commit)
+            return MergeResult(
+                result.base, result.tree, result.conflicts, result.changes, done.commit
+            )
 
     async def discard(self, *, cause: str | None = None) -> Result | None:
         """Archive this scope's branch (history kept under refs/corral/archive/)
@@ -644,17 +733,18 @@ class Scope:
             intent = ScopeDiscard(archive=archive)
             ref = SCOPE_PREFIX + self.name
 
-            async def act(_: Intent) -> tuple[Outcome, TreeChanges]:
-                return NoOutcome(), {}
-
-            result = await self._perform(intent, act, cause=cause)
+            result = await self._perform(intent, InThread(lambda _: (NoOutcome(), {})), cause=cause)
             if not result.ok:
                 return result
-            trace = coord.trace
-            await coord.io(trace.set_ref, archive, self.head)
-            await coord.io(trace.delete_ref, ref)
             self.discarded = True
-            with coord.metrics.timed("discard"):
-                await coord.io(self.workspace.discard)
+
+            def release() -> None:
+                trace = coord.trace
+                trace.set_ref(archive, self.head)
+                trace.delete_ref(ref)
+                with coord.metrics.timed("discard"):
+                    self.workspace.discard()
+
+            await coord.io(release)
             coord.metrics.scope_count(coord)
             return result

@@ -99,9 +99,18 @@ class Trace:
         if sha not in self.repo:
             # git's own transport copies exactly the needed objects, packed.
             proc = subprocess.run(
-                ["git", "--git-dir", str(self.path), "fetch", "--quiet", "--no-tags",
-                 str(Path(source).resolve()), sha],
-                capture_output=True, text=True,
+                [
+                    "git",
+                    "--git-dir",
+                    str(self.path),
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    str(Path(source).resolve()),
+                    sha,
+                ],
+                capture_output=True,
+                text=True,
             )
             if proc.returncode != 0:
                 raise StateError(f"could not import {rev} from {source}: {proc.stderr.strip()}")
@@ -258,7 +267,7 @@ class Trace:
 
     def scope_names(self) -> list[str]:
         return sorted(
-            r[len(SCOPE_PREFIX):] for r in self.repo.references if r.startswith(SCOPE_PREFIX)
+            r[len(SCOPE_PREFIX) :] for r in self.repo.references if r.startswith(SCOPE_PREFIX)
         )
 
     def refs(self, prefix: str) -> list[str]:
@@ -295,6 +304,18 @@ class Trace:
                 return
             yield entry
             commit = commit.parents[0] if commit.parent_ids else None
+
+    def first_parents(self, head: str, stop: str) -> list[str]:
+        """Commit ids from `head` back along first parents to `stop` (included),
+        newest first, without decoding records (rewind's hot path)."""
+        out: list[str] = []
+        commit = self.commit(head)
+        stop_oid = pygit2.Oid(hex=stop)
+        while True:
+            out.append(str(commit.id))
+            if commit.id == stop_oid or not commit.parent_ids:
+                return out
+            commit = commit.parents[0]
 
     def log(self, head: object) -> list[TraceEntry]:
         """Effects on the first-parent line ending at `head` (a commit id, or a
@@ -336,6 +357,4 @@ class Trace:
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         if ancestor == descendant:
             return True
-        return bool(
-            self.repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor))
-        )
+        return bool(self.repo.descendant_of(pygit2.Oid(hex=descendant), pygit2.Oid(hex=ancestor)))

@@ -76,6 +76,54 @@ def demo(
         raise typer.Exit(1)
 
 
+@app.command("run")
+def run_cmd(
+    repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")],
+    task: Annotated[list[str], typer.Option("--task", help="A task; repeat for more agents.")],
+    model: Annotated[str, typer.Option(help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini.")],
+    base_url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
+    ] = None,
+    supervisor: Annotated[
+        str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL, or none.")
+    ] = "conflict-guard",
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="State directory (default: .git/corral/runs/ID)."),
+    ] = None,
+    max_steps: Annotated[int, typer.Option(help="Model calls per agent at most.")] = 30,
+    max_tokens: Annotated[
+        Optional[int], typer.Option(help="Tokens per agent at most.")  # noqa: UP045
+    ] = None,
+    retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
+    backend: BackendOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Run one built-in coding agent per task in parallel scopes, merge their branches, and
+    leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
+    from agents.providers import ModelError
+    from agents.run import render_report, run_with_progress
+
+    try:
+        report = asyncio.run(run_with_progress(
+            err if json_out else console, repo, task, model=model, base_url=base_url,
+            supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
+            retries=retries, backend=backend,
+        ))
+    except (CorralError, ModelError, ValueError) as e:
+        _fail(str(e))
+        return
+    if json_out:
+        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
+    else:
+        console.print(render_report(report))
+    if not report.ok:
+        for message in report.errors:
+            err.print(f"[red]error:[/] {message}")
+        raise typer.Exit(1)
+
+
 def _trace(state: Path) -> Trace:
     if not (state / "trace.git" / "HEAD").exists():
         _fail(f"{state} is not a Corral state directory (no trace.git)")
@@ -135,6 +183,66 @@ def trace_graph(state: StateOpt = Path(".corral")) -> None:
                     "--decorate", f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
 
 
+@app.command()
+def serve(
+    state: StateOpt = Path(".corral"),
+    repo: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Repository to snapshot (needed only for a new state directory)."),
+    ] = None,
+    base: Annotated[str, typer.Option(help="Commit of --repo to start from.")] = "HEAD",
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = (
+        "127.0.0.1"),
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port).")] = 8765,
+    policy: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--policy", help="A policy: entry point name (corral.policies) or "
+                     "module:attr. Repeatable; asked in order after the conflict guard."),
+    ] = None,
+    guard: Annotated[bool, typer.Option("--guard/--no-guard",
+                                        help="Run the conflict guard first.")] = True,
+    gate: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--gate", help="Hold intents at the human gate: KIND or KIND:GLOB "
+                     "(e.g. exec, 'fs.write:src/*'). Repeatable."),
+    ] = None,
+    gate_timeout: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Block a held intent nobody answered after this many seconds."),
+    ] = None,
+    admin_token_file: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
+                     "else a random one, printed)."),
+    ] = None,
+    max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
+        8 * 1024 * 1024),
+    backend: BackendOpt = None,
+) -> None:
+    """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json."""
+    import os
+
+    from ._gate import GateRule
+    from ._hub import ServerConfig
+    from ._policy import load_policy
+    from ._server import run_server
+
+    token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
+    if admin_token_file is not None:
+        token = admin_token_file.read_text().strip() or None
+    try:
+        policies = [load_policy(p) for p in policy or []]
+    except LookupError as e:
+        _fail(str(e))
+        return
+    config = ServerConfig(
+        state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
+        gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
+        admin_token=token, max_body=max_body,
+    )
+    asyncio.run(run_server(config, host, port))
+
+
 @bench_app.command("substrate")
 def bench_substrate(
     sizes: Annotated[str, typer.Option(help="Comma-separated checkout sizes.")] = "10MB,500MB,3GB",
@@ -154,6 +262,44 @@ def bench_substrate(
     report = substrate.run([s.strip() for s in sizes.split(",") if s.strip()], runs=runs,
                            backend=backend, cache=cache)
     console.print(substrate.render(report))
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {json_out}")
+
+
+@bench_app.command("server")
+def bench_server(
+    clients: Annotated[str, typer.Option(help="Comma-separated concurrent client counts.")] = (
+        "1,4,16,64"),
+    seconds: Annotated[float, typer.Option(help="Duration of each measurement.")] = 3.0,
+    backend: BackendOpt = None,
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
+    ] = None,
+) -> None:
+    """HTTP throughput and latency of writes (under the conflict guard) and reads."""
+    from bench import server as server_bench
+
+    report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
+                              seconds=seconds, backend=backend)
+    console.print(server_bench.render(report))
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {json_out}")
+
+
+@bench_app.command("replay")
+def bench_replay(
+    diverge: Annotated[str, typer.Option(help="Steps to diverge at (comma-separated).")] = "4,8",
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
+    ] = None,
+) -> None:
+    """Prompt-cache reuse of fork-and-replay against the local model server."""
+    from bench import replay as replay_bench
+
+    report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()])
+    console.print(replay_bench.render(report))
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
         console.print(f"wrote {json_out}")

@@ -1,7 +1,9 @@
 """Workspaces for scopes: copy-on-write trees, cheap forks, transactional commands.
 
-Backends: `overlay` (kernel overlayfs, needs mount rights) and `copy` (plain
-directories, works anywhere). `choose_backend` picks the best one here.
+Backends: `overlay` (kernel overlayfs, needs mount rights), `copy` (plain
+directories, works anywhere) and `fuse` (the overlay seen through a FUSE mount
+that asks an interceptor before every mutating call; opt-in).
+`choose_backend` picks the best one here.
 """
 
 from ._base import (
@@ -13,6 +15,9 @@ from ._base import (
     Change,
     ExecResult,
     ExecUnavailable,
+    Interceptor,
+    MutationIntent,
+    MutationOp,
     SandboxError,
     Workspace,
 )
@@ -20,6 +25,7 @@ from ._choose import backends, choose_backend
 from ._exec import REPO_PATH
 from ._files import apply_changes, snapshot_files
 from .copy import CopyBackend
+from .fuse import FuseBackend
 from .overlay import OverlayBackend
 
 __all__ = [
@@ -33,6 +39,10 @@ __all__ = [
     "CopyBackend",
     "ExecResult",
     "ExecUnavailable",
+    "FuseBackend",
+    "Interceptor",
+    "MutationIntent",
+    "MutationOp",
     "OverlayBackend",
     "SandboxError",
     "Workspace",

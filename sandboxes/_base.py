@@ -18,7 +18,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal, Protocol
 
 __all__ = [
     "Backend",
@@ -26,6 +26,9 @@ __all__ = [
     "Change",
     "ExecResult",
     "ExecUnavailable",
+    "Interceptor",
+    "MutationIntent",
+    "MutationOp",
     "SandboxError",
     "Workspace",
 ]
@@ -84,6 +87,41 @@ class ExecResult:
     meta: Mapping[str, str] = field(default_factory=dict)
 
 
+MutationOp = Literal[
+    "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
+    "chmod",
+]
+"""A mutating filesystem call that an intercepting backend asks about before it happens."""
+
+
+@dataclass(frozen=True, slots=True)
+class MutationIntent:
+    """One mutating call a process made in an intercepting workspace, not yet carried out."""
+
+    op: MutationOp
+    path: str
+    """POSIX path relative to the workspace root: the path that changes (rename: the source)."""
+    target: str | None = None
+    """rename: the destination; link: the existing file linked to; symlink: the link's content."""
+
+
+class Interceptor(Protocol):
+    """What an intercepting workspace calls, from its own threads (blocking calls).
+
+    `decide` runs before the call and may take as long as it needs (the process
+    waits); `done` and `closed` run after an allowed change is complete.
+    """
+
+    def decide(self, intent: MutationIntent, /) -> str | None:
+        """None allows the call; a string denies it (the process gets EACCES) and says why."""
+
+    def done(self, intent: MutationIntent, /) -> None:
+        """An allowed call other than a write open (unlink, rename, mkdir...) succeeded."""
+
+    def closed(self, path: str, /) -> None:
+        """A file opened for writing (or created, or truncated) was closed after a change."""
+
+
 class Workspace(abc.ABC):
     """One scope's copy-on-write directory tree.
 
@@ -125,6 +163,17 @@ class Workspace(abc.ABC):
     @abc.abstractmethod
     def layer_bytes(self) -> int:
         """Bytes held by this workspace's own writable layer."""
+
+    @property
+    def backing(self) -> Path:
+        """Where the workspace's owner reads and writes without being intercepted: the
+        same tree as `path`. Equal to `path` unless the backend intercepts writes."""
+        return self.path
+
+    def intercept(self, interceptor: Interceptor | None) -> bool:
+        """Send every mutating call made under `path` to `interceptor` before it
+        happens (None: stop). Returns False when this backend cannot intercept."""
+        return False
 
 
 class Backend(abc.ABC):

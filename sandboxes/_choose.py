@@ -1,4 +1,4 @@
-"""Picking a backend: overlay where mounts are allowed, else copy."""
+"""Picking a backend: overlay where mounts are allowed, else copy; fuse only when asked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ._base import Backend, BackendUnavailable
 from .copy import CopyBackend
+from .fuse import FuseBackend
 from .overlay import OverlayBackend
 
 __all__ = ["backends", "choose_backend"]
@@ -17,8 +18,13 @@ log = logging.getLogger("corral.sandboxes")
 backends: dict[str, type[Backend]] = {
     OverlayBackend.name: OverlayBackend,
     CopyBackend.name: CopyBackend,
+    FuseBackend.name: FuseBackend,
 }
-"""Every backend by name, in order of preference."""
+"""Every backend by name, in order of preference (those in OPT_IN only when asked for)."""
+
+OPT_IN = frozenset({FuseBackend.name})
+"""Backends never chosen automatically: fuse costs every process in the workspace
+a trip through Python, worth it only for live interception."""
 
 
 def choose_backend(root: Path, prefer: str | None = None) -> Backend:
@@ -36,6 +42,8 @@ def choose_backend(root: Path, prefer: str | None = None) -> Backend:
         return cls(root)
     skipped: list[str] = []
     for name, cls in backends.items():
+        if name in OPT_IN:
+            continue
         reason = cls.unavailable_reason()
         if reason is None:
             if skipped:

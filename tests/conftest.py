@@ -55,7 +55,7 @@ def _backends() -> list[str]:
     return list(sandboxes.backends)
 
 
-@pytest.fixture(params=["overlay", "copy"])
+@pytest.fixture(params=["overlay", "copy", "fuse"])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; skips (with the reason) where one cannot run here."""
     import sandboxes

@@ -1,0 +1,122 @@
+"""The conversation is part of the trace: rebuild an agent's context from its branch.
+
+An agent's context at a commit is the request of the last materialized `model.call` on the
+branch's first-parent line, plus that call's response, plus the results of the tools it asked
+for (the `tool.call` effects caused by it). Tool calls of that turn with no recorded result
+are *pending*: the agent carries them out before its next model call. So rewinding a scope
+rewinds the conversation with the files, and a fork (or a replay) starts from the
+conversation as it was at the fork point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator import Effect, ModelCall, ModelOutcome, ToolCall, ToolOutcome, Trace
+
+from .providers import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolResult,
+    ToolUse,
+)
+
+__all__ = ["Transcript", "model_calls", "step_commit", "transcript_at"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    messages: tuple[Message, ...]
+    """The conversation so far (empty when the line holds no model call)."""
+    pending: tuple[ToolUse, ...]
+    """Tool calls of the last model turn that have no recorded result yet."""
+    steps: int
+    """Materialized model calls on the line (the agent's steps so far)."""
+    last_call: str | None
+    """Effect id of the last model call (the cause of its tool calls)."""
+    finished: str | None
+    """The summary given to `finish`, if the agent finished on this line."""
+    ended: bool
+    """The last model turn asked for no tool at all (the agent ended its turn)."""
+    tokens: int
+    """Prompt plus completion tokens of every model call on the line."""
+
+
+def model_calls(trace: Trace, head: str) -> list[tuple[str, Effect]]:
+    """Materialized `model.call` effects on the first-parent line to `head`, oldest first,
+    as (commit, effect)."""
+    return [
+        (e.commit, e.effect) for e in trace.log(head)
+        if e.effect is not None and e.effect.kind == "model.call"
+        and e.effect.status == "materialized"
+    ]
+
+
+def transcript_at(trace: Trace, head: str) -> Transcript:
+    """The conversation recorded on the line to `head` (blocking: run it on coord.io)."""
+    entries = trace.log(head)
+    last = -1
+    steps = tokens = 0
+    for index, entry in enumerate(entries):
+        eff = entry.effect
+        if eff is not None and eff.kind == "model.call" and eff.status == "materialized":
+            last, steps = index, steps + 1
+            if isinstance(eff.outcome, ModelOutcome):
+                u = eff.outcome.usage
+                tokens += u.prompt_tokens + u.completion_tokens
+    if last < 0:
+        return Transcript((), (), 0, None, None, False, 0)
+    call = entries[last].effect
+    assert call is not None and isinstance(call.intent, ModelCall)
+    assert isinstance(call.outcome, ModelOutcome)
+    request = ModelRequest.model_validate_json(trace.blob(call.intent.request))
+    response = ModelResponse.model_validate_json(trace.blob(call.outcome.response))
+    results: dict[str, ToolResult] = {}
+    finished = None
+    for entry in entries[last + 1 :]:
+        eff = entry.effect
+        if (
+            eff is None or eff.cause != call.id or eff.status != "materialized"
+            or not isinstance(eff.intent, ToolCall) or not isinstance(eff.outcome, ToolOutcome)
+        ):
+            continue
+        content = trace.blob(eff.outcome.result).decode()
+        if eff.intent.call_id is not None:
+            results[eff.intent.call_id] = ToolResult(
+                call_id=eff.intent.call_id, content=content, is_error=eff.outcome.is_error
+            )
+        if eff.intent.tool == "finish":
+            finished = str(eff.intent.arguments.get("summary", ""))
+    messages: list[Message] = [*request.messages, response.as_message()]
+    pending: list[ToolUse] = []
+    for use in response.tool_calls:
+        if use.id in results and not pending:
+            messages.append(results[use.id])
+        else:
+            pending.append(use)
+    ended = not response.tool_calls
+    return Transcript(tuple(messages), tuple(pending), steps, call.id, finished, ended, tokens)
+
+
+def step_commit(trace: Trace, head: str, step: int) -> str:
+    """The commit just before the agent's model call number `step` (1-based) on the line to
+    `head`: rewinding there makes the agent redo that step. Raises ValueError."""
+    entries = trace.log(head)
+    count = 0
+    for index, entry in enumerate(entries):
+        eff = entry.effect
+        if eff is not None and eff.kind == "model.call" and eff.status == "materialized":
+            count += 1
+            if count == step:
+                first = index
+                # Failed attempts of the same step (retries) go with it.
+                while first > 0:
+                    prev = entries[first - 1].effect
+                    if prev is None or prev.kind != "model.call" or prev.status != "failed":
+                        break
+                    first -= 1
+                if first == 0:
+                    raise ValueError(f"step {step} has no commit before it")
+                return entries[first - 1].commit
+    raise ValueError(f"the branch has {count} steps, not {step}")

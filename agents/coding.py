@@ -1,0 +1,433 @@
+"""The built-in coding agent: a small tool loop on any provider.
+
+Tools: read_file, list_files, write_file, edit (search/replace, or a unified diff), run (a
+transactional command), send_message (to another agent's inbox), finish. One *step* is one
+model call and the tools it asks for. Messages received since the last step are shown to the
+model as a user message. A blocked intent comes back as the tool's result with the
+supervisor's reason, so the model can adapt.
+
+How the trace reads: each model call is a `model.call` effect. Each tool the model asks for
+leaves one `tool.call` effect (what the model asked and what it was told, cause = the model
+call); a tool that acts on the world does so first through the scope's own effect (`fs.write`,
+`fs.patch`, `exec`, `message`) with the same cause. So `git log` of a branch reads
+model.call → fs.write → tool.call → model.call → ..., and every effect names the model turn
+that led to it.
+
+The conversation lives in the trace (see `_transcript`): whenever the scope's head moved
+under the agent (a rewind, a handoff merge, a restart), the agent rebuilds its context from
+the branch before its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from coordinator import (
+    Coordinator,
+    CorralError,
+    ExecOutcome,
+    Intent,
+    Result,
+    Scope,
+    ScopeDiscarded,
+    ToolCall,
+    ToolOutcome,
+)
+
+from ._model_effects import ModelBlocked, ModelCaller
+from ._transcript import Transcript, transcript_at
+from .providers import (
+    Message,
+    ModelError,
+    ModelRequest,
+    ToolResult,
+    ToolSpec,
+    ToolUse,
+    UserMessage,
+)
+
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent"]
+
+SYSTEM_PROMPT = """\
+You are a careful software engineer working in a git repository, in parallel with other \
+agents who work on their own copies of the same repository. Your changes are merged with \
+theirs at the end, so change only what your task needs.
+
+Use the tools: read_file and list_files to look around, write_file and edit to change \
+files, run to execute a shell command (tests, linters) in the repository root, \
+send_message to tell another agent something (they see it at their next step), and \
+finish when the task is done. A supervisor reviews every change before it lands; when it \
+blocks one, the tool result says why: adapt (for example, put your code elsewhere, or \
+coordinate with the agent named) instead of retrying the same change. A reply with no \
+tool call ends your work."""
+
+_OBJ = "object"
+
+
+def _spec(name: str, description: str, props: dict[str, Any], required: list[str]) -> ToolSpec:
+    return ToolSpec(
+        name=name, description=description,
+        parameters={"type": _OBJ, "properties": props, "required": required},
+    )
+
+
+_S = {"type": "string"}
+TOOLS: tuple[ToolSpec, ...] = (
+    _spec("read_file", "Read a file of the repository.", {"path": _S}, ["path"]),
+    _spec("list_files", "List a directory of the repository ('' is the root).",
+          {"path": _S}, []),
+    _spec("write_file", "Create or overwrite a file with the given content.",
+          {"path": _S, "content": _S}, ["path", "content"]),
+    _spec("edit", "Change a file: replace the exact text `old` (which must occur once) with "
+          "`new`, or apply a unified diff given as `diff`.",
+          {"path": _S, "old": _S, "new": _S, "diff": _S}, ["path"]),
+    _spec("run", "Run a shell command in the repository root (no network). Files it changes "
+          "are kept only if the supervisor accepts them.",
+          {"command": _S, "timeout": {"type": "number"}}, ["command"]),
+    _spec("send_message", "Send a message to another agent.", {"to": _S, "text": _S},
+          ["to", "text"]),
+    _spec("finish", "Declare the task done, with a short summary.", {"summary": _S},
+          ["summary"]),
+)
+
+AgentStatus = Literal["finished", "step_limit", "token_limit", "stopped", "blocked", "error"]
+
+_RUN_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+    # Bytecode caches would show up in the agent's patch of a repo without a .gitignore.
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+_MAX_RESULT = 12_000  # characters of a tool result shown to the model
+_INLINE_ARG = 200  # longer tool arguments are recorded as blob references
+
+
+@dataclass(frozen=True, slots=True)
+class AgentResult:
+    """What an agent run came to. `patch` is `git diff` of its scope against its base."""
+
+    name: str
+    status: AgentStatus
+    summary: str
+    steps: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    blocked: int
+    """Intents of this agent the supervisor blocked."""
+    patch: str
+    head: str
+    replayed_steps: int = 0
+    saved_tokens: int = 0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class _Limits:
+    max_steps: int = 30
+    max_tokens: int | None = None
+
+
+@dataclass
+class _State:
+    messages: list[Message] = field(default_factory=list)
+    pending: list[ToolUse] = field(default_factory=list)
+    steps: int = 0
+    tokens: int = 0
+    last_call: str | None = None
+    finished: str | None = None
+    ended: bool = False
+
+
+class _Finished(Exception):
+    """Control flow, not an error: the model called finish."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+
+
+class CodingAgent:
+    """Runs `task` in `scope` with `provider`; `run()` returns an AgentResult.
+
+    A supervisor steers it between steps: it holds `lock` while acting on the agent's
+    scope, sets `stopped` to stop it, or replaces `scope` (a restart). `before_step` (if set)
+    is awaited before every step, outside the lock.
+    """
+
+    def __init__(
+        self,
+        coord: Coordinator,
+        scope: Scope,
+        caller: ModelCaller,
+        task: str,
+        *,
+        system: str = SYSTEM_PROMPT,
+        tools: tuple[ToolSpec, ...] = TOOLS,
+        max_steps: int = 30,
+        max_tokens: int | None = None,
+        max_output_tokens: int = 4096,
+        temperature: float | None = None,
+        notes: Mapping[int, str] | None = None,
+        base: str | None = None,
+        before_step: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.coord = coord
+        self.scope = scope
+        self.caller = caller
+        self.task = task
+        self.system = system
+        self.tools = tools
+        self.limits = _Limits(max_steps, max_tokens)
+        self.max_output_tokens = max_output_tokens
+        self.temperature = temperature
+        self.notes = dict(notes or {})
+        """Extra user messages by step number (counterfactual replay)."""
+        self.base = base
+        """The commit the result patch is taken against (default: the scope's fork point)."""
+        self.before_step = before_step
+        self.lock = asyncio.Lock()
+        self.stopped: str | None = None
+        self.blocked = 0
+        self._state = _State()
+        self._seen: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.scope.name
+
+    @property
+    def steps(self) -> int:
+        return self._state.steps
+
+    # -- the loop -----------------------------------------------------------------
+
+    async def run(self) -> AgentResult:
+        """Steps until the model finishes, a limit is reached or a supervisor stops it.
+        A model error ends the run with status "error" (its effects stay in the trace)."""
+        while True:
+            if self.before_step is not None:
+                await self.before_step()
+            async with self.lock:
+                if self.stopped is not None:
+                    return await self._result("stopped", self.stopped)
+                try:
+                    outcome = await self._step()
+                except _Finished as done:
+                    return await self._result("finished", done.summary)
+                except ModelBlocked as b:
+                    return await self._result("blocked", b.reason)
+                except ModelError as e:
+                    return await self._result("error", str(e), error=str(e))
+                except ScopeDiscarded:
+                    self._seen = None  # restarted under us: rebuild from the new scope
+                    continue
+                except CorralError as e:  # the sandbox or the trace failed: stop, keep the trace
+                    return await self._result("error", str(e), error=str(e))
+                self._seen = self.scope.head
+                if outcome is not None:
+                    return outcome
+
+    def restart(self, scope: Scope) -> None:
+        """Continue in `scope` (a fresh fork) with a fresh context. Call it holding `lock`."""
+        self.scope = scope
+        self._seen = None
+        self._state = _State()
+
+    async def _step(self) -> AgentResult | None:
+        st = self._state
+        if self.scope.head != self._seen:
+            await self._rebuild()
+            st = self._state
+        if st.pending:
+            await self._tools(st.pending, st.last_call)
+            return None
+        if st.finished is not None or st.ended:
+            if not self.scope.inbox:
+                raise _Finished(st.finished if st.finished is not None else self._last_text())
+            st.finished, st.ended = None, False  # mail for a finished agent: it resumes
+        if st.steps >= self.limits.max_steps:
+            return await self._result("step_limit", f"reached {self.limits.max_steps} steps")
+        if self.limits.max_tokens is not None and st.tokens >= self.limits.max_tokens:
+            return await self._result("token_limit", f"used {st.tokens} tokens")
+        for m in self.scope.take_messages():
+            sender = m.sender or "someone"
+            st.messages.append(UserMessage(text=f"Message from {sender}: {m.text}"))
+        note = self.notes.get(st.steps + 1)
+        if note is not None:
+            st.messages.append(UserMessage(text=note))
+        request = ModelRequest(
+            model=self.caller.provider.model, system=self.system, messages=tuple(st.messages),
+            tools=self.tools, max_tokens=self.max_output_tokens, temperature=self.temperature,
+        )
+        result = await self.caller.call(self.scope, request)
+        u = result.response.usage
+        st.steps += 1
+        st.tokens += u.prompt_tokens + u.completion_tokens
+        st.last_call = result.effect.id
+        st.messages.append(result.response.as_message())
+        if not result.response.tool_calls:
+            st.ended = True
+            raise _Finished(result.response.text)
+        st.pending = list(result.response.tool_calls)
+        await self._tools(st.pending, st.last_call)
+        return None
+
+    async def _tools(self, calls: list[ToolUse], cause: str | None) -> None:
+        st = self._state
+        while calls:
+            use = calls[0]
+            content, is_error = await self._tool(use, cause)
+            await self._record_tool(use, content, is_error, cause)
+            calls.pop(0)
+            st.messages.append(ToolResult(call_id=use.id, content=content, is_error=is_error))
+            if use.name == "finish" and not is_error:
+                st.finished = str(use.arguments.get("summary", ""))
+                raise _Finished(st.finished)
+
+    async def _rebuild(self) -> None:
+        t: Transcript = await self.coord.io(transcript_at, self.coord.trace, self.scope.head)
+        messages: list[Message] = list(t.messages) or [UserMessage(text=self.task)]
+        self._state = _State(
+            messages=messages, pending=list(t.pending), steps=t.steps, tokens=t.tokens,
+            last_call=t.last_call, finished=t.finished, ended=t.ended and not t.pending,
+        )
+
+    def _last_text(self) -> str:
+        for m in reversed(self._state.messages):
+            if m.kind == "assistant":
+                return m.text
+        return ""
+
+    # -- tools ------------------------------------------------------------------------
+
+    async def _tool(self, use: ToolUse, cause: str | None) -> tuple[str, bool]:
+        """Carry out one tool call; returns (result shown to the model, is_error)."""
+        args = use.arguments
+        scope = self.scope
+
+        def text(key: str, default: str | None = None) -> str:
+            value = args.get(key, default)
+            if not isinstance(value, str):
+                raise ValueError(f"argument {key!r} must be a string")
+            return value
+
+        try:
+            match use.name:
+                case "read_file":
+                    data = await scope.read(text("path"))
+                    return _clip(data.decode(errors="replace")), False
+                case "list_files":
+                    names = await scope.listdir(text("path", ""))
+                    return "\n".join(n for n in names if n != ".git"), False
+                case "write_file":
+                    path = text("path")
+                    r = await scope.write(path, text("content").encode(), cause=cause)
+                    return self._said(r, f"wrote {path}")
+                case "edit":
+                    return await self._edit(text, cause)
+                case "run":
+                    timeout = float(args.get("timeout") or 120.0)
+                    r = await scope.exec(["sh", "-c", text("command")], env=_RUN_ENV,
+                                         timeout=min(timeout, 600.0), cause=cause)
+                    return self._said(r, "")
+                case "send_message":
+                    to = text("to")
+                    r = await scope.send(to, text("text"), cause=cause)
+                    return self._said(r, f"sent to {to}")
+                case "finish":
+                    return "finished", False
+            return f"unknown tool {use.name!r}", True
+        except ScopeDiscarded:
+            raise
+        except (CorralError, OSError, ValueError, UnicodeError) as e:
+            return f"error: {e}", True
+
+    async def _edit(self, text: Callable[..., str], cause: str | None) -> tuple[str, bool]:
+        path = text("path")
+        diff = text("diff", "")
+        if diff:
+            r = await self.scope.patch(path, diff, cause=cause)
+            return self._said(r, f"patched {path}")
+        old, new = text("old"), text("new", "")
+        current = (await self.scope.read(path)).decode()
+        count = current.count(old) if old else 0
+        if count != 1:
+            where = "does not occur" if count == 0 else f"occurs {count} times"
+            return f"error: `old` {where} in {path}; give a longer unique excerpt", True
+        r = await self.scope.write(path, current.replace(old, new, 1).encode(), cause=cause)
+        return self._said(r, f"edited {path}")
+
+    def _said(self, r: Result, ok: str) -> tuple[str, bool]:
+        if r.blocked:
+            self.blocked += 1
+            policy = r.decision.policy if r.decision else "supervisor"
+            return f"BLOCKED by the supervisor ({policy}): {r.reason}", True
+        out = r.outcome
+        if isinstance(out, ExecOutcome):
+            trace = self.coord.trace
+            stdout = trace.blob(out.stdout).decode(errors="replace")
+            stderr = trace.blob(out.stderr).decode(errors="replace")
+            head = f"exit code {out.returncode}" + (" (timed out)" if out.timed_out else "")
+            changed = ", ".join(c.path for c in out.changes)
+            body = f"{head}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+            if changed:
+                body += f"\n--- files changed ---\n{changed}"
+            return _clip(body), out.returncode != 0
+        return ok, False
+
+    async def _record_tool(
+        self, use: ToolUse, content: str, is_error: bool, cause: str | None
+    ) -> None:
+        trace = self.coord.trace
+        args: dict[str, Any] = {}
+        for key, value in use.arguments.items():
+            if isinstance(value, str) and len(value) > _INLINE_ARG:
+                value = "blob:" + await self.coord.io(trace.write_blob, value.encode())
+            args[key] = value
+        blob = await self.coord.io(trace.write_blob, content.encode())
+
+        async def act(_: Intent) -> tuple[ToolOutcome, dict[str, Any]]:
+            return ToolOutcome(result=blob, is_error=is_error), {}
+
+        await self.scope.perform(
+            ToolCall(tool=use.name, arguments=args, call_id=use.id), act, cause=cause
+        )
+
+    # -- the result ---------------------------------------------------------------
+
+    async def _result(self, status: AgentStatus, summary: str,
+                      error: str | None = None) -> AgentResult:
+        c = self.caller
+        return AgentResult(
+            name=self.scope.name, status=status, summary=summary, steps=self._state.steps,
+            prompt_tokens=c.prompt_tokens, cached_tokens=c.cached_tokens,
+            completion_tokens=c.completion_tokens, blocked=self.blocked,
+            patch=await self.patch(), head=self.scope.head,
+            replayed_steps=c.replayed_calls, saved_tokens=c.saved_tokens, error=error,
+        )
+
+    async def patch(self) -> str:
+        """`git diff` of the scope's head tree against its base (the fork point by default)."""
+        trace = self.coord.trace
+        base, head = self.base or self.scope.fork_point, self.scope.head
+
+        def diff() -> str:
+            old, new = trace.commit(base).tree, trace.commit(head).tree
+            return old.diff_to_tree(new).patch or ""
+
+        return await self.coord.io(diff)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MAX_RESULT:
+        return text
+    half = _MAX_RESULT // 2
+    return f"{text[:half]}\n[... {len(text) - _MAX_RESULT} characters cut ...]\n{text[-half:]}"

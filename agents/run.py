@@ -1,0 +1,321 @@
+"""`corral run`: one built-in coding agent per task, in parallel scopes under a supervisor.
+
+The run imports the user's repository at HEAD into a coordinator state directory (by
+default inside the repository's git directory, `.git/corral/runs/<run-id>`, so the working
+tree is never touched), forks one scope per task from root, runs the agents concurrently,
+merges the branches of the agents that finished into root, and pushes root's head into the
+user's repository as the branch `corral/<run-id>`. Whatever happened stays in the trace,
+also when a model call fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from coordinator import ConflictGuard, Coordinator, CorralError, Event, Policy
+
+from ._model_effects import ModelCaller
+from .coding import AgentResult, CodingAgent
+from .providers import Provider, provider_from_spec
+from .supervisor import LLMSupervisor
+
+__all__ = [
+    "MergeSummary",
+    "RunReport",
+    "parse_supervisor",
+    "render_report",
+    "run_tasks",
+    "run_with_progress",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeSummary:
+    agent: str
+    outcome: str
+    """merged, conflict, skipped (not finished) or empty (no changes)."""
+    conflicts: tuple[str, ...] = ()
+    commit: str | None = None
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    repo: str
+    state: str
+    model: str
+    supervisor: str
+    branch: str | None = None
+    commit: str | None = None
+    agents: list[AgentResult] = field(default_factory=list)
+    merges: list[MergeSummary] = field(default_factory=list)
+    supervisor_actions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(m.outcome != "conflict" for m in self.merges) and all(
+            a.status in ("finished", "stopped") for a in self.agents
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "repo": self.repo, "state": self.state, "model": self.model,
+            "supervisor": self.supervisor, "branch": self.branch, "commit": self.commit,
+            "ok": self.ok, "seconds": round(self.seconds, 3),
+            "agents": [{k: v for k, v in a.as_dict().items() if k != "patch"}
+                       | {"patch_bytes": len(a.patch)} for a in self.agents],
+            "merges": [
+                {"agent": m.agent, "outcome": m.outcome, "conflicts": list(m.conflicts),
+                 "commit": m.commit} for m in self.merges
+            ],
+            "supervisor_actions": self.supervisor_actions, "errors": self.errors,
+        }
+
+
+def parse_supervisor(spec: str) -> tuple[list[Policy], str | None]:
+    """The policies and (for `llm:PROVIDER/MODEL`) the meta-agent's model spec of a
+    `--supervisor` value. Raises ValueError."""
+    if spec == "none":
+        return [], None
+    if spec == "conflict-guard":
+        return [ConflictGuard()], None
+    if spec.startswith("llm:") and "/" in spec:
+        # The meta-agent reacts to what the guard blocks, so it runs with the guard.
+        return [ConflictGuard()], spec.removeprefix("llm:")
+    raise ValueError(f"unknown supervisor {spec!r}: use conflict-guard, llm:PROVIDER/MODEL "
+                     "or none")
+
+
+def _task_text(name: str, task: str, team: Sequence[tuple[str, str]]) -> str:
+    others = "\n".join(f"- {n}: {t}" for n, t in team if n != name)
+    text = f"Your task ({name}): {task}"
+    if others:
+        text += ("\n\nOther agents work in parallel, each on its own copy of the repository:\n"
+                 f"{others}\nUse send_message if your work affects theirs.")
+    return text
+
+
+def default_state(repo: Path, run_id: str) -> Path:
+    """Inside the repository's git directory: kept with the repository, out of its tree."""
+    try:
+        git_dir = Path(pygit2.Repository(str(repo)).path)
+    except pygit2.GitError as e:
+        raise CorralError(f"{repo} is not a git repository", cause=e) from e
+    return git_dir / "corral" / "runs" / run_id
+
+
+async def run_tasks(
+    repo: str | Path,
+    tasks: Sequence[str],
+    *,
+    model: str,
+    base_url: str | None = None,
+    supervisor: str = "conflict-guard",
+    state: str | Path | None = None,
+    max_steps: int = 30,
+    max_tokens: int | None = None,
+    retries: int = 4,
+    run_id: str | None = None,
+    backend: str | None = None,
+    progress: Callable[[Event], None] | None = None,
+    provider: Provider | None = None,
+) -> RunReport:
+    """Run one coding agent per task and leave the merged result as `corral/<run-id>`.
+
+    Returns the report (agents' results, merges, errors). Raises ModelError for a missing
+    API key, ValueError for a bad model or supervisor spec, CorralError for a bad repository.
+    """
+    if not tasks:
+        raise ValueError("give at least one task")
+    started = time.monotonic()
+    repo = Path(repo).resolve()
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    state_dir = Path(state) if state is not None else default_state(repo, run_id)
+    policies, meta_spec = parse_supervisor(supervisor)
+    worker_provider = provider or provider_from_spec(model, base_url)
+    meta_provider = provider_from_spec(meta_spec, base_url) if meta_spec else None
+    report = RunReport(run_id, str(repo), str(state_dir), model, supervisor)
+    names = [f"agent-{i}" for i in range(1, len(tasks) + 1)]
+    team = list(zip(names, tasks, strict=True))
+    try:
+        async with Coordinator.open(state_dir, repo=repo, base="HEAD", policies=policies,
+                                    backend=backend) as coord:
+            workers = [
+                CodingAgent(
+                    coord, await coord.root.fork(name),
+                    ModelCaller(coord, worker_provider, attempts=retries),
+                    _task_text(name, task, team), max_steps=max_steps, max_tokens=max_tokens,
+                )
+                for name, task in team
+            ]
+            meta = None
+            if meta_provider is not None:
+                meta = LLMSupervisor(coord, ModelCaller(coord, meta_provider, attempts=retries),
+                                     workers)
+                await meta.start()
+                for w in workers:
+                    w.before_step = meta.settle
+            try:
+                results = await _drive(coord, workers, meta, progress)
+            finally:
+                if meta is not None:
+                    await meta.close()
+                    report.supervisor_actions = [e.summary() for e in meta.actions]
+                    report.errors.extend(meta.errors)
+            report.agents = [results[w.name] for w in workers]
+            report.errors.extend(f"{r.name}: {r.error}" for r in report.agents if r.error)
+            for w in workers:
+                report.merges.append(await _merge(coord, w, results[w.name]))
+            head = coord.root.head
+            report.commit = head
+            report.branch = f"corral/{run_id}"
+            _push(coord.trace.path, repo, head, report.branch)
+    finally:
+        await worker_provider.aclose()
+        if meta_provider is not None:
+            await meta_provider.aclose()
+        report.seconds = time.monotonic() - started
+    return report
+
+
+async def _drive(
+    coord: Coordinator,
+    workers: Sequence[CodingAgent],
+    meta: LLMSupervisor | None,
+    progress: Callable[[Event], None] | None,
+) -> dict[str, AgentResult]:
+    results: dict[str, AgentResult] = {}
+    sub = coord.events.subscribe(types=["effect"]) if progress is not None else None
+
+    async def watch() -> None:
+        assert sub is not None and progress is not None
+        async for event in sub:
+            progress(event)
+
+    async def drive(w: CodingAgent) -> None:
+        while True:
+            results[w.name] = await w.run()
+            if meta is None:
+                return
+            await meta.settle()  # let the supervisor react to the end of this run
+            if w.name not in meta.revive:
+                return
+            meta.revive.discard(w.name)
+
+    async with asyncio.TaskGroup() as outer:
+        if sub is not None:
+            outer.create_task(watch())
+        try:
+            todo = list(workers)
+            while todo:
+                async with asyncio.TaskGroup() as tg:
+                    for w in todo:
+                        tg.create_task(drive(w))
+                # A worker acted on after its own run ended (by another's settle) runs again.
+                todo = [w for w in workers if meta is not None and w.name in meta.revive]
+                if meta is not None:
+                    meta.revive.clear()
+        finally:
+            if sub is not None:
+                sub.close()
+    return results
+
+
+async def _merge(coord: Coordinator, w: CodingAgent, result: AgentResult) -> MergeSummary:
+    if result.status not in ("finished", "stopped"):
+        return MergeSummary(w.name, "skipped")
+    if not result.patch:
+        return MergeSummary(w.name, "empty")
+    try:
+        merged = await coord.root.merge(w.scope)
+    except CorralError as e:
+        return MergeSummary(w.name, f"error: {e}")
+    if merged.commit is None:
+        return MergeSummary(w.name, "conflict", tuple(c.path for c in merged.conflicts))
+    return MergeSummary(w.name, "merged", commit=merged.commit)
+
+
+def _push(trace: Path, repo: Path, commit: str, branch: str) -> None:
+    """Put `commit` into the user's repository as `branch`, leaving its working tree alone."""
+    proc = subprocess.run(
+        ["git", "--git-dir", str(trace), "push", "--quiet", str(repo),
+         f"{commit}:refs/heads/{branch}"],
+        capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise CorralError(f"could not create branch {branch} in {repo}: {proc.stderr.strip()}")
+
+
+
+# -- the terminal view ----------------------------------------------------------------
+
+
+async def run_with_progress(
+    console: Console, repo: str | Path, tasks: Sequence[str], **options: Any
+) -> RunReport:
+    """`run_tasks` with a live progress display (one bar per agent: steps of max)."""
+    max_steps = int(options.get("max_steps", 30))
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"), console=console, transient=False,
+    ) as bars:
+        ids: dict[str, TaskID] = {}
+        for i in range(1, len(tasks) + 1):
+            ids[f"agent-{i}"] = bars.add_task(f"agent-{i}", total=max_steps, last="")
+
+        def show(event: Event) -> None:
+            e = event.effect
+            bar = ids.get(e.scope)
+            if bar is None:
+                if e.scope == "supervisor" and e.kind == "decision":
+                    console.print(f"supervisor: {escape(e.summary())}")
+                return
+            if e.kind == "model.call" and e.status == "materialized":
+                bars.advance(bar)
+            elif e.kind not in ("model.call", "tool.call"):
+                bars.update(bar, last=escape(e.summary()))
+            if e.status == "blocked" and e.decision is not None:
+                console.print(f"{e.scope}: [yellow]blocked[/] {escape(e.decision.reason)}")
+
+        return await run_tasks(repo, tasks, progress=show, **options)
+
+
+def render_report(report: RunReport) -> Table:
+    """The end-of-run summary: one row per agent, then the merge and the branch."""
+    merges = {m.agent: m for m in report.merges}
+    table = Table(
+        "agent", "status", "steps", "tokens", "cached", "blocked", "merge",
+        title=f"corral run {report.run_id}", caption=_caption(report),
+    )
+    for a in report.agents:
+        m = merges.get(a.name)
+        merge = m.outcome if m else ""
+        if m and m.conflicts:
+            merge += f" ({', '.join(m.conflicts)})"
+        table.add_row(
+            a.name, a.status, str(a.steps), str(a.prompt_tokens + a.completion_tokens),
+            str(a.cached_tokens), str(a.blocked), merge,
+        )
+    return table
+
+
+def _caption(report: RunReport) -> str:
+    where = f"branch {report.branch} at {report.commit[:12]}" if report.commit else "no branch"
+    acts = f"; supervisor: {len(report.supervisor_actions)} actions" if (
+        report.supervisor_actions) else ""
+    return f"{where} in {report.repo}; trace in {report.state}{acts} ({report.seconds:.1f}s)"

@@ -1,0 +1,332 @@
+"""The LLM supervisor: a meta-agent that watches the workers' effects and steers them.
+
+It subscribes to the coordinator's event bus (it sees, never perturbs) and, when something
+worth a decision happens (an intent blocked, an effect failed, a worker finished), asks its
+model what to do, with tools: inject a note into a worker's context, hand one worker's scope
+to another, rewind a worker to step k, discard and restart a worker, or do nothing.
+
+It has its own scope (`supervisor`, forked from root): its model calls are `model.call`
+effects there, and each action is first a `decision` effect (a SupervisorAction, cause = the
+model call) and then the effects that carry it out, each with cause = the decision:
+
+* inject: a `message` effect from the supervisor into the worker's inbox; the worker sees
+  it as a user message at its next step.
+* handoff(giver → receiver): the receiver's scope merges the giver's branch (a `scope.merge`
+  on the receiver's branch, so the receiver keeps its own conversation and continues with
+  both agents' files), the giver stops, and the receiver gets a note with the giver's task.
+* rewind(worker, k): `scope.rewind` to the commit before the worker's k-th model call; the
+  worker rebuilds its conversation from the trace and redoes step k.
+* restart(worker): `scope.discard`, then a fresh fork of the same name from the same parent;
+  the worker starts over with an empty context.
+
+Workers call `settle()` before each step (their `before_step`): the supervisor handles every
+event published so far before the worker goes on, so runs are deterministic, and acts on a
+worker only while holding that worker's step lock (between its steps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from coordinator import (
+    Coordinator,
+    Effect,
+    Intent,
+    NoOutcome,
+    Scope,
+    Subscription,
+    SupervisorAction,
+    ToolCall,
+    ToolOutcome,
+)
+
+from ._model_effects import ModelBlocked, ModelCaller
+from ._transcript import step_commit
+from .coding import CodingAgent
+from .providers import Message, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
+
+__all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor"]
+
+SUPERVISOR_PROMPT = """\
+You supervise coding agents ("workers") that work in parallel, each on its own copy of one \
+repository; their work is merged at the end. You see what they do: file writes, commands, \
+messages, and the intents a conflict guard blocked because they would not merge. Act only \
+when it helps the team finish all tasks with a clean merge:
+- inject: give a worker a note (it sees it at its next step);
+- handoff: give one worker's work to another, who continues from it with both tasks (use \
+it when two workers need to change the same code);
+- rewind: take a worker back to before its step k (files and conversation);
+- restart: discard a worker's work and start it over;
+- noop: do nothing (the usual answer)."""
+
+_S = {"type": "string"}
+
+
+def _spec(name: str, description: str, props: dict[str, Any], required: list[str]) -> ToolSpec:
+    return ToolSpec(name=name, description=description,
+                    parameters={"type": "object", "properties": props, "required": required})
+
+
+SUPERVISOR_TOOLS: tuple[ToolSpec, ...] = (
+    _spec("inject", "Add a note to a worker's context.", {"worker": _S, "text": _S},
+          ["worker", "text"]),
+    _spec("handoff", "Merge worker `from`'s work into worker `to`, stop `from`; `to` "
+          "continues with both tasks.", {"from": _S, "to": _S, "note": _S}, ["from", "to"]),
+    _spec("rewind", "Take a worker back to before its step `step` (1-based).",
+          {"worker": _S, "step": {"type": "integer"}}, ["worker", "step"]),
+    _spec("restart", "Discard a worker's work and start it over.", {"worker": _S},
+          ["worker"]),
+    _spec("noop", "Do nothing.", {"reason": _S}, []),
+)
+
+Action = Literal["rewind", "handoff", "inject", "discard", "noop"]
+
+
+class LLMSupervisor:
+    """The meta-agent over `workers`. Use `async with LLMSupervisor(...)`, or `start()` and
+    `close()`; give each worker `before_step=supervisor.settle`."""
+
+    def __init__(
+        self,
+        coord: Coordinator,
+        caller: ModelCaller,
+        workers: Sequence[CodingAgent],
+        *,
+        scope_name: str = "supervisor",
+        system: str = SUPERVISOR_PROMPT,
+        max_calls: int = 20,
+    ) -> None:
+        self.coord = coord
+        self.caller = caller
+        self.workers = {w.name: w for w in workers}
+        self.scope_name = scope_name
+        self.system = system
+        self.max_calls = max_calls
+        self.actions: list[Effect] = []
+        """Every decision effect, in order."""
+        self.errors: list[str] = []
+        self.revive: set[str] = set()
+        """Workers acted on (a note, a handoff, a rewind, a restart): if their run had
+        already ended, run them again (a finished agent resumes when it has mail)."""
+        self.scope: Scope | None = None
+        self._sub: Subscription | None = None
+        self._lock = asyncio.Lock()
+        self._messages: list[Message] = []
+        self._calls = 0
+
+    async def start(self) -> None:
+        """Fork the supervisor's scope and subscribe to the workers' effects."""
+        self._sub = self.coord.events.subscribe(types=["effect"])
+        self.scope = await self.coord.root.fork(self.scope_name)
+        roster = "\n".join(f"- {name}: {w.task}" for name, w in self.workers.items())
+        self._messages = [UserMessage(text=f"The workers and their tasks:\n{roster}")]
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+
+    async def __aenter__(self) -> LLMSupervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- watching -----------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Handle every event published so far (a worker awaits this before each step)."""
+        async with self._lock:
+            if self._sub is None:
+                return
+            lines: list[str] = []
+            trigger: Effect | None = None
+            for event in self._sub.drain():
+                e = event.effect
+                if e.scope not in self.workers or not _shown(e):
+                    continue
+                lines.append(_describe(e))
+                if _triggers(e):
+                    trigger = e
+            if trigger is None or self._calls >= self.max_calls or self.errors:
+                return
+            status = "\n".join(
+                f"- {n}: {w.steps} steps, {'stopped' if w.stopped else 'working'}"
+                for n, w in self.workers.items()
+            )
+            self._messages.append(UserMessage(
+                text="New effects:\n" + "\n".join(lines) + f"\n\nWorkers:\n{status}"
+            ))
+            await self._round(trigger)
+
+    async def _round(self, about: Effect) -> None:
+        assert self.scope is not None
+        self._calls += 1
+        request = ModelRequest(
+            model=self.caller.provider.model, system=self.system,
+            messages=tuple(self._messages), tools=SUPERVISOR_TOOLS,
+        )
+        try:
+            result = await self.caller.call(self.scope, request)
+        except (ModelError, ModelBlocked) as e:
+            # Fail open: the policy chain still guards every intent without the meta-agent.
+            self.errors.append(f"supervisor model call failed: {e}")
+            return
+        response = result.response
+        self._messages.append(response.as_message())
+        cause = result.effect.id
+        if not response.tool_calls:
+            await self._decide("noop", "*", {"reason": response.text}, cause, about)
+        for use in response.tool_calls:
+            text = await self._act(use.name, use.arguments, cause, about)
+            self._messages.append(ToolResult(call_id=use.id, content=text))
+            blob = await self.coord.io(self.coord.trace.write_blob, text.encode())
+
+            async def act(_: Intent, blob: str = blob) -> tuple[ToolOutcome, dict[str, Any]]:
+                return ToolOutcome(result=blob), {}
+
+            await self.scope.perform(
+                ToolCall(tool=use.name, arguments=dict(use.arguments), call_id=use.id),
+                act, cause=cause,
+            )
+
+    # -- acting -------------------------------------------------------------------
+
+    async def _decide(
+        self, action: Action, target: str, detail: dict[str, Any], cause: str,
+        about: Effect | None,
+    ) -> Effect | None:
+        """Record the decision; None when the policy chain blocked it."""
+        assert self.scope is not None
+
+        async def act(_: Intent) -> tuple[NoOutcome, dict[str, Any]]:
+            return NoOutcome(), {}
+
+        intent = SupervisorAction(action=action, target=target, detail=detail,
+                                  about=about.id if about else None)
+        r = await self.scope.perform(intent, act, cause=cause)
+        if not r.ok:
+            return None
+        self.actions.append(r.effect)
+        return r.effect
+
+    async def _act(self, tool: str, args: dict[str, Any], cause: str, about: Effect) -> str:
+        try:
+            match tool:
+                case "inject":
+                    return await self.inject(str(args["worker"]), str(args["text"]),
+                                             cause=cause, about=about)
+                case "handoff":
+                    return await self.handoff(str(args["from"]), str(args["to"]),
+                                              str(args.get("note", "")), cause=cause,
+                                              about=about)
+                case "rewind":
+                    return await self.rewind(str(args["worker"]), int(args["step"]),
+                                             cause=cause, about=about)
+                case "restart":
+                    return await self.restart(str(args["worker"]), cause=cause, about=about)
+                case "noop":
+                    await self._decide("noop", "*", {"reason": str(args.get("reason", ""))},
+                                       cause, about)
+                    return "ok"
+            return f"error: unknown tool {tool!r}"
+        except (KeyError, ValueError, TypeError) as e:
+            return f"error: bad arguments for {tool}: {e}"
+
+    def _worker(self, name: str) -> CodingAgent:
+        if name not in self.workers:
+            raise ValueError(f"no worker {name!r}; workers: {', '.join(self.workers)}")
+        return self.workers[name]
+
+    async def inject(self, worker: str, text: str, *, cause: str | None = None,
+                     about: Effect | None = None) -> str:
+        """Put a note into `worker`'s inbox (a `message` effect from the supervisor)."""
+        assert self.scope is not None
+        self._worker(worker)
+        d = await self._decide("inject", worker, {"text": text}, cause or "", about)
+        if d is None:
+            return "blocked by the policy chain"
+        await self.scope.send(worker, text, cause=d.id)
+        self.revive.add(worker)
+        return f"note sent to {worker}"
+
+    async def handoff(self, giver: str, receiver: str, note: str = "", *,
+                      cause: str | None = None, about: Effect | None = None) -> str:
+        """Merge `giver`'s branch into `receiver`'s scope and stop `giver`."""
+        assert self.scope is not None
+        g, r = self._worker(giver), self._worker(receiver)
+        if g is r:
+            return "error: a worker cannot hand off to itself"
+        d = await self._decide("handoff", receiver, {"from": giver}, cause or "", about)
+        if d is None:
+            return "blocked by the policy chain"
+        first, second = sorted((g, r), key=lambda w: w.name)
+        async with first.lock, second.lock:
+            merged = await r.scope.merge(g.scope, cause=d.id)
+            if merged.commit is None:
+                paths = ", ".join(c.path for c in merged.conflicts)
+                return f"handoff failed: {giver}'s work conflicts with {receiver}'s in {paths}"
+            g.stopped = f"handed off to {receiver}"
+        text = (f"The supervisor handed you {giver}'s work: it is merged into your files. "
+                f"{giver}'s task was: {g.task}" + (f"\n{note}" if note else ""))
+        await self.scope.send(receiver, text, cause=d.id)
+        self.revive.add(receiver)
+        return f"{receiver} now has {giver}'s work; {giver} stopped"
+
+    async def rewind(self, worker: str, step: int, *, cause: str | None = None,
+                     about: Effect | None = None) -> str:
+        """Rewind `worker` to just before its model call number `step`."""
+        w = self._worker(worker)
+        d = await self._decide("rewind", worker, {"step": step}, cause or "", about)
+        if d is None:
+            return "blocked by the policy chain"
+        async with w.lock:
+            target = await self.coord.io(step_commit, self.coord.trace, w.scope.head, step)
+            await w.scope.rewind(to=target, cause=d.id)
+            w.stopped = None
+        self.revive.add(worker)
+        return f"{worker} rewound to before step {step}"
+
+    async def restart(self, worker: str, *, cause: str | None = None,
+                      about: Effect | None = None) -> str:
+        """Discard `worker`'s scope and start it over in a fresh fork of the same name."""
+        w = self._worker(worker)
+        d = await self._decide("discard", worker, {"restart": True}, cause or "", about)
+        if d is None:
+            return "blocked by the policy chain"
+        async with w.lock:
+            old = w.scope
+            parent = self.coord.scope(old.parent or "root")
+            await old.discard(cause=d.id)
+            w.restart(await parent.fork(old.name))
+            w.stopped = None
+        self.revive.add(worker)
+        return f"{worker} restarted from scratch"
+
+
+def _shown(e: Effect) -> bool:
+    if e.kind == "model.call":
+        return e.status != "materialized"
+    if e.kind == "tool.call":
+        return getattr(e.intent, "tool", "") == "finish"
+    return True
+
+
+def _triggers(e: Effect) -> bool:
+    if e.status == "blocked":
+        return True
+    if e.status == "failed" and e.kind != "model.call":
+        return True
+    return e.kind == "tool.call" and getattr(e.intent, "tool", "") == "finish"
+
+
+def _describe(e: Effect) -> str:
+    line = f"{e.id} {e.summary()}"
+    if e.status == "blocked" and e.decision is not None:
+        line += f": {e.decision.reason}"
+    elif e.error:
+        line += f": {e.error}"
+    return line

@@ -1,0 +1,228 @@
+"""The server benchmark: writes and reads over HTTP against a real `corral serve`.
+
+The server runs in a subprocess on 127.0.0.1 with the conflict guard on, over a
+small generated repository. For each client count, that many clients (asyncio
+tasks of this process, each acting on its own forked scope) write small files
+as fast as they can for `seconds`, then read them back for `seconds`. Reported:
+throughput, end-to-end latency (p50/p99, client side) and the coordinator's own
+time per effect, from the server's `corral_effect_seconds` histogram (time
+inside the scope operation: policy chain, blob, workspace, commit, ref).
+
+    python -m bench.server --clients 1,4,16,64 --seconds 3 --json report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from coordinator.client import CorralClient
+
+__all__ = ["TARGETS", "main", "render", "run", "run_async"]
+
+ADMIN = "a.bench-server"
+TARGETS = {
+    "coordinator_p99_ms_at_16": 10.0,
+    "writes_per_s": 500.0,
+    "reads_per_s": 3000.0,
+}
+_BUCKET = re.compile(r'^corral_effect_seconds_bucket\{kind="([^"]+)",le="([^"]+)"\} (\S+)$')
+_SUM = re.compile(r'^corral_effect_seconds_(sum|count)\{kind="([^"]+)"\} (\S+)$')
+
+
+def _make_repo(path: Path, files: int = 200) -> None:
+    path.mkdir(parents=True)
+    for i in range(files):
+        f = path / f"pkg{i % 10}" / f"mod{i}.py"
+        f.parent.mkdir(exist_ok=True)
+        f.write_text("".join(f"x{j} = {j}\n" for j in range(40)))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
+        subprocess.run(["git", "-C", str(path), *argv], check=True, env=env)
+
+
+def _histograms(text: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if m := _BUCKET.match(line):
+            out.setdefault(m[1], {"buckets": {}})["buckets"][float(m[2])] = float(m[3])
+        elif m := _SUM.match(line):
+            out.setdefault(m[2], {"buckets": {}})[m[1]] = float(m[3])
+    return out
+
+
+def _delta_quantiles(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """Mean, p50 and p99 (ms) of the observations between two scrapes of one
+    histogram; quantiles interpolated within buckets."""
+    count = after.get("count", 0) - before.get("count", 0)
+    if count <= 0:
+        return {"n": 0}
+    total = after.get("sum", 0) - before.get("sum", 0)
+    bounds = sorted(after["buckets"])
+    cum = [after["buckets"][b] - before.get("buckets", {}).get(b, 0) for b in bounds]
+
+    def q(p: float) -> float:
+        rank = p * count
+        prev_b, prev_c = 0.0, 0.0
+        for b, c in zip(bounds, cum, strict=True):
+            if c >= rank:
+                if b == float("inf"):
+                    return prev_b * 1e3
+                frac = (rank - prev_c) / (c - prev_c) if c > prev_c else 1.0
+                return (prev_b + (b - prev_b) * frac) * 1e3
+            prev_b, prev_c = b, c
+        return prev_b * 1e3
+
+    return {"n": int(count), "mean_ms": round(total / count * 1e3, 3),
+            "p50_ms": round(q(0.5), 3), "p99_ms": round(q(0.99), 3)}
+
+
+def _lat(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"p50_ms": 0.0, "p99_ms": 0.0}
+    s = sorted(samples)
+    return {"p50_ms": round(statistics.median(s) * 1e3, 3),
+            "p99_ms": round(s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3, 3)}
+
+
+async def _phase(url: str, scopes: list[str], seconds: float, write: bool) -> dict[str, Any]:
+    latencies: list[float] = []
+    done = 0
+    failed = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(scope: str, i: int) -> None:
+        nonlocal done, failed
+        async with CorralClient(url, ADMIN) as c:
+            n = 0
+            while time.perf_counter() < deadline:
+                path = f"bench/{scope}/{n % 16}.txt"
+                t = time.perf_counter()
+                if write:
+                    r = await c.write(scope, path, f"{scope} {n}\n".encode())
+                    ok = r.ok
+                else:
+                    await c.read(scope, f"bench/{scope}/0.txt")
+                    ok = True
+                latencies.append(time.perf_counter() - t)
+                done += ok
+                failed += not ok
+                n += 1
+
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as tg:
+        for i, s in enumerate(scopes):
+            tg.create_task(client(s, i))
+    elapsed = time.perf_counter() - start
+    return {"ops": done, "not_ok": failed, "per_s": round(done / elapsed, 1), **_lat(latencies)}
+
+
+async def run_async(clients: Sequence[int], *, seconds: float = 3.0,
+                    backend: str | None = None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="corral-bench-server-") as tmp:
+        repo = Path(tmp) / "repo"
+        _make_repo(repo)
+        argv = [sys.executable, "-m", "coordinator.cli", "serve", "--state",
+                str(Path(tmp) / "state"), "--repo", str(repo), "--port", "0"]
+        if backend:
+            argv += ["--backend", backend]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "CORRAL_ADMIN_TOKEN": ADMIN})
+        assert proc.stdout is not None
+        line = await asyncio.to_thread(proc.stdout.readline)
+        if not line.startswith("listening on "):
+            proc.kill()
+            raise RuntimeError(f"the server did not start: {line!r}")
+        url = line.split()[-1]
+        rows = []
+        try:
+            async with CorralClient(url, ADMIN) as admin:
+                for n in clients:
+                    scopes = [f"c{n}-{i}" for i in range(n)]
+                    for s in scopes:
+                        await admin.fork("root", s)
+                        await admin.write(s, f"bench/{s}/0.txt", b"seed\n")
+                    before = _histograms(await admin.metrics())
+                    w = await _phase(url, scopes, seconds, write=True)
+                    mid = _histograms(await admin.metrics())
+                    r = await _phase(url, scopes, seconds, write=False)
+                    after = _histograms(await admin.metrics())
+                    rows.append({
+                        "clients": n, "write": w, "read": r,
+                        "coordinator_write": _delta_quantiles(before.get("fs.write", {}),
+                                                              mid.get("fs.write", {})),
+                        "coordinator_read": _delta_quantiles(mid.get("read", {}),
+                                                             after.get("read", {})),
+                    })
+                    for s in scopes:
+                        await admin.discard(s)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 30)
+    return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "seconds": seconds, "targets": TARGETS, "rows": rows}
+
+
+def run(clients: Sequence[int], *, seconds: float = 3.0,
+        backend: str | None = None) -> dict[str, Any]:
+    """Measure each client count; returns the report (also what --json writes)."""
+    return asyncio.run(run_async(clients, seconds=seconds, backend=backend))
+
+
+def render(report: dict[str, Any]) -> Table:
+    t = Table(title=f"corral bench server ({report['seconds']:g}s per phase, "
+                    f"{report['machine']['cpus']} cpus)")
+    for col in ("clients", "writes/s", "write p50", "write p99", "coord write mean",
+                "coord write p99", "reads/s", "read p50", "read p99", "coord read mean"):
+        t.add_column(col, justify="right")
+    for row in report["rows"]:
+        w, r, cw, cr = row["write"], row["read"], row["coordinator_write"], \
+            row["coordinator_read"]
+        t.add_row(str(row["clients"]), f"{w['per_s']:.0f}", f"{w['p50_ms']:.2f}",
+                  f"{w['p99_ms']:.2f}", f"{cw.get('mean_ms', 0):.2f}",
+                  f"{cw.get('p99_ms', 0):.2f}", f"{r['per_s']:.0f}", f"{r['p50_ms']:.2f}",
+                  f"{r['p99_ms']:.2f}", f"{cr.get('mean_ms', 0):.2f}")
+    t.caption = ("latencies in ms; write/read p50/p99 end to end (client side); coord = "
+                 "time inside the coordinator (server histogram, p99 interpolated in buckets). "
+                 "Targets: coord write p99 <= 10 ms at 16 clients, >= 500 writes/s, "
+                 ">= 3000 reads/s")
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m bench.server [--clients 1,4,16,64] [--seconds S] [--json FILE]`."""
+    parser = argparse.ArgumentParser(prog="corral bench server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    report = run([int(c) for c in args.clients.split(",")], seconds=args.seconds,
+                 backend=args.backend)
+    Console().print(render(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

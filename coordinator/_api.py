@@ -1,0 +1,375 @@
+"""The HTTP API's wire records: request bodies (unknown fields refused) and responses.
+
+File contents travel as base64 in `content_b64` fields (standard alphabet,
+with padding), in both directions: one encoding for text and binary alike.
+Unified diffs, argv and messages are JSON strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from ._effects import Effect, FileChange, Intent, Message, Verdict
+from ._errors import CorralError
+from ._merge import MergeResult
+
+__all__ = [
+    "API_VERSION",
+    "BadRequest",
+    "BlobOut",
+    "ConflictOut",
+    "DeleteRequest",
+    "DiscardRequest",
+    "ErrorOut",
+    "ExecRequest",
+    "ExecResultOut",
+    "ForkRequest",
+    "ForkResponse",
+    "GateAnswer",
+    "GateItem",
+    "GatePending",
+    "HandoffRequest",
+    "Health",
+    "HunkOut",
+    "InjectRequest",
+    "LogResponse",
+    "MergeRequest",
+    "MergeResponse",
+    "MessagesOut",
+    "NamesOut",
+    "PatchRequest",
+    "ReadResponse",
+    "ResultOut",
+    "ReviewAnswer",
+    "RewindRequest",
+    "ScopeOut",
+    "ScopesOut",
+    "SendRequest",
+    "TraceEntryOut",
+    "WriteRequest",
+    "b64",
+]
+
+API_VERSION = "1"
+
+ScopeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+RelPath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+Cause = Annotated[str | None, Field(default=None, max_length=200)]
+
+
+class BadRequest(CorralError):
+    """A request the API cannot serve as asked (400)."""
+
+    status = 400
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _PathRequest(_Request):
+    path: RelPath
+    """Relative to the workspace root; no `..`, no `.git`, no symlink escapes."""
+
+    @field_validator("path")
+    @classmethod
+    def _components_fit(cls, v: str) -> str:
+        # Longer names fail in the filesystem; say so before anything is proposed.
+        if any(len(part.encode()) > 255 for part in v.split("/")):
+            raise ValueError("a path component is longer than 255 bytes")
+        return v
+
+
+class ForkRequest(_Request):
+    name: ScopeName
+    """The child scope's name."""
+
+
+class WriteRequest(_PathRequest):
+    content_b64: str
+    """The new content, base64 (standard alphabet, padded)."""
+    mode: Literal[33188, 33261] = 33188
+    """Git file mode: 33188 (0o100644) or 33261 (0o100755, executable)."""
+    cause: Cause
+
+    @field_validator("content_b64")
+    @classmethod
+    def _is_base64(cls, v: str) -> str:
+        try:
+            base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ValueError(f"content_b64 is not valid base64: {e}") from e
+        return v
+
+    @property
+    def content(self) -> bytes:
+        return base64.b64decode(self.content_b64, validate=True)
+
+
+class PatchRequest(_PathRequest):
+    diff: Annotated[str, StringConstraints(min_length=1)]
+    """Unified-diff hunks (`@@ -a,b +c,d @@` ...) against the file's current content."""
+    cause: Cause
+
+
+class DeleteRequest(_PathRequest):
+    cause: Cause
+
+
+class ExecRequest(_Request):
+    argv: Annotated[list[Annotated[str, StringConstraints(max_length=65536)]],
+                    Field(min_length=1, max_length=4096)]
+    timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    """Seconds before the command is killed."""
+    network: bool = False
+    env: dict[str, str] | None = None
+    cause: Cause
+
+    @field_validator("argv")
+    @classmethod
+    def _no_nul(cls, v: list[str]) -> list[str]:
+        if any("\x00" in a for a in v) or not v[0]:
+            raise ValueError("argv entries must be non-empty at [0] and contain no NUL byte")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for k, val in (v or {}).items():
+            if not k or "=" in k or "\x00" in k or "\x00" in val:
+                raise ValueError(f"invalid environment variable {k!r}")
+        return v
+
+
+class RewindRequest(_Request):
+    to: Annotated[str | None, Field(default=None, min_length=4, max_length=64)]
+    """A commit id (full or abbreviated) on the scope's branch since its fork."""
+    steps: Annotated[int | None, Field(default=None, ge=0, le=1_000_000)]
+    """Effects to go back along the branch (give `to` or `steps`, not both)."""
+    cause: Cause
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RewindRequest:
+        if (self.to is None) == (self.steps is None):
+            raise ValueError("give exactly one of `to` or `steps`")
+        return self
+
+
+class MergeRequest(_Request):
+    other: ScopeName
+    """The scope whose branch is merged into this one."""
+    strategy: Literal["fail", "ours", "theirs", "union"] = "fail"
+    dry_run: bool = False
+    cause: Cause
+
+
+class DiscardRequest(_Request):
+    cause: Cause
+
+
+class SendRequest(_Request):
+    to: ScopeName
+    text: Annotated[str, StringConstraints(max_length=1_000_000)]
+
+
+class InjectRequest(_Request):
+    text: Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
+    """A note delivered into the scope's inbox (its agent sees it at its next step)."""
+    sender: Annotated[str, StringConstraints(min_length=1, max_length=100)] = "supervisor"
+
+
+class HandoffRequest(_Request):
+    source: ScopeName
+    """The scope whose work this scope takes over (merged in with strategy `theirs`)."""
+    note: Annotated[str | None, Field(default=None, max_length=1_000_000)]
+    """Optionally, a message delivered into this scope's inbox after the handoff."""
+
+
+class GateAnswer(_Request):
+    reason: Annotated[str, StringConstraints(max_length=10_000)] = ""
+
+
+class ReviewAnswer(_Request):
+    """An external reviewer's answer to one `review` message."""
+
+    type: Literal["answer"] = "answer"
+    id: str
+    """The `id` of the review request answered."""
+    verdict: Literal["allow", "block", "rewrite", "defer", "abstain"]
+    reason: str = ""
+    rewritten: Intent | None = None
+    """For rewrite: the changed intent (same kind as the original)."""
+    content_b64: str | None = None
+    """For rewrite of fs.write/fs.patch: the new content (the server stores the blob)."""
+    until: str | None = None
+    """For defer: the scope whose merge the intent waits for."""
+
+
+# -- responses ----------------------------------------------------------------
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ErrorOut(_Response):
+    error: str
+    """The error's class name (e.g. PathError, UnknownScope, ValidationError)."""
+    detail: str
+    """What was wrong, for a human."""
+    errors: list[dict[str, object]] | None = None
+    """For validation errors: pydantic's per-field errors."""
+
+
+class Health(_Response):
+    ok: bool = True
+    version: str = API_VERSION
+    snapshot: str
+
+
+class ScopeOut(_Response):
+    name: str
+    head: str
+    parent: str | None
+    fork_point: str
+    backend: str
+
+
+class ScopesOut(_Response):
+    scopes: list[ScopeOut]
+
+
+class ForkResponse(_Response):
+    scope: ScopeOut
+    token: str
+    """The child's bearer token: it acts on the child and on scopes forked from it."""
+
+
+class ResultOut(_Response):
+    """What became of one intent."""
+
+    ok: bool
+    """True when the effect was materialized (committed)."""
+    status: str
+    commit: str | None
+    reason: str
+    """The supervisor's reason (non-empty when blocked or deferred)."""
+    verdict: Verdict | None
+    effect: Effect
+
+
+class ExecResultOut(ResultOut):
+    returncode: int | None = None
+    stdout_b64: str | None = None
+    stderr_b64: str | None = None
+    timed_out: bool = False
+
+
+class ReadResponse(_Response):
+    path: str
+    content_b64: str
+    size: int
+
+
+class NamesOut(_Response):
+    names: list[str]
+
+
+class HunkOut(_Response):
+    ours_start: int
+    ours_end: int
+    ours: list[str]
+    base: list[str]
+    theirs: list[str]
+
+
+class ConflictOut(_Response):
+    path: str
+    kind: str
+    ancestor: str | None
+    ours: str | None
+    theirs: str | None
+    hunks: list[HunkOut]
+    ours_commit: str | None
+    theirs_commit: str | None
+
+
+class MergeResponse(_Response):
+    ok: bool
+    """True when merged (or, for a dry run, when it would merge)."""
+    base: str
+    tree: str | None
+    commit: str | None
+    dry_run: bool
+    conflicts: list[ConflictOut]
+    changes: list[FileChange]
+
+    @classmethod
+    def of(cls, m: MergeResult) -> MergeResponse:
+        return cls(
+            ok=m.tree is not None, base=m.base, tree=m.tree, commit=m.commit, dry_run=m.dry_run,
+            conflicts=[
+                ConflictOut(
+                    path=c.path, kind=c.kind, ancestor=c.ancestor, ours=c.ours, theirs=c.theirs,
+                    hunks=[HunkOut(ours_start=h.ours_start, ours_end=h.ours_end,
+                                   ours=list(h.ours), base=list(h.base), theirs=list(h.theirs))
+                           for h in c.hunks],
+                    ours_commit=c.ours_commit, theirs_commit=c.theirs_commit,
+                )
+                for c in m.conflicts
+            ],
+            changes=[
+                FileChange(path=p, blob=v[0] if v else None, mode=v[1] if v else 0o100644)
+                for p, v in sorted(m.changes.items())
+            ],
+        )
+
+
+class TraceEntryOut(_Response):
+    commit: str
+    parents: list[str]
+    tree: str
+    subject: str
+    effect: Effect | None
+
+
+class LogResponse(_Response):
+    scope: str
+    entries: list[TraceEntryOut]
+    """Effects on the scope's branch, oldest first."""
+
+
+class MessagesOut(_Response):
+    messages: list[Message]
+
+
+class GateItem(_Response):
+    id: str
+    """Use in /v1/gate/{id}/approve or /reject."""
+    rule: str
+    effect: Effect
+    """The pending effect (intent proposed, not decided)."""
+
+
+class GatePending(_Response):
+    items: list[GateItem]
+
+
+class BlobOut(_Response):
+    id: str
+    content_b64: str

@@ -1,0 +1,112 @@
+"""The human gate: a policy that holds chosen intents until a person answers.
+
+A rule matches an intent by kind and, optionally, by path glob (fnmatch, on the
+paths the intent writes). A held intent waits — its scope waits with it — until
+someone approves or rejects it over the API (`/v1/gate/...`). Rejecting blocks
+it with the person's reason. Approving does not decide: the gate steps aside
+(the chain goes on, so later policies still see it) and the approval is noted
+in the final decision's reason. With a `timeout`, an unanswered hold blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from dataclasses import dataclass
+
+from ._effects import Decision, Effect, Exec, FsDelete, FsPatch, FsWrite, Intent
+from ._errors import NotFound
+from ._policy import View
+
+__all__ = ["GateRule", "HumanGate", "Held"]
+
+
+@dataclass(frozen=True, slots=True)
+class GateRule:
+    """Hold intents of `kind` ("*" for any) touching a path matching `glob` (None: any)."""
+
+    kind: str = "*"
+    glob: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> GateRule:
+        """`KIND` or `KIND:GLOB`, e.g. `exec`, `fs.write:src/*`, `*:*.lock`."""
+        kind, sep, glob = spec.partition(":")
+        return cls(kind or "*", glob if sep and glob else None)
+
+    def __str__(self) -> str:
+        return self.kind + (f":{self.glob}" if self.glob else "")
+
+    def matches(self, intent: Intent) -> bool:
+        if self.kind != "*" and intent.kind != self.kind:
+            return False
+        if self.glob is None:
+            return True
+        return any(fnmatch.fnmatchcase(p, self.glob) for p in _paths(intent))
+
+
+def _paths(intent: Intent) -> list[str]:
+    match intent:
+        case FsWrite() | FsPatch() | FsDelete():
+            return [intent.path]
+        case Exec(changes=changes) if changes:
+            return [c.path for c in changes]
+    return []
+
+
+@dataclass(slots=True)
+class Held:
+    id: str
+    rule: GateRule
+    effect: Effect
+    answer: asyncio.Future[tuple[bool, str]]
+
+
+class HumanGate:
+    """Policy: hold intents matching any rule until approved or rejected."""
+
+    name = "human-gate"
+
+    def __init__(self, rules: list[GateRule], *, timeout: float | None = None) -> None:
+        self.rules = list(rules)
+        self.timeout = timeout
+        self._held: dict[str, Held] = {}
+        self._n = 0
+
+    def pending(self) -> list[Held]:
+        """Held intents, oldest first."""
+        return list(self._held.values())
+
+    def answer(self, id: str, approve: bool, reason: str = "") -> Held:
+        """Approve or reject the held intent `id`; raises NotFound."""
+        held = self._held.pop(id, None)
+        if held is None or held.answer.done():
+            raise NotFound(f"no held intent {id!r} at the gate")
+        held.answer.set_result((approve, reason))
+        return held
+
+    def close(self, reason: str = "the server is shutting down") -> None:
+        """Reject everything still held."""
+        for id in list(self._held):
+            self.answer(id, False, reason)
+
+    async def __call__(self, intent: Intent, view: View) -> Decision | None:
+        rule = next((r for r in self.rules if r.matches(intent)), None)
+        if rule is None:
+            return None
+        self._n += 1
+        held = Held(f"g{self._n}", rule, view.effect,
+                    asyncio.get_running_loop().create_future())
+        self._held[held.id] = held
+        try:
+            approved, reason = await asyncio.wait_for(asyncio.shield(held.answer), self.timeout)
+        except TimeoutError:
+            return Decision(verdict="block", reason=f"held at the gate ({rule}) and not "
+                            f"answered within {self.timeout}s")
+        finally:
+            self._held.pop(held.id, None)
+        if approved:
+            view.note(f"approved at the gate ({rule})" + (f": {reason}" if reason else ""))
+            return None
+        return Decision(verdict="block",
+                        reason=f"rejected at the gate ({rule})" + (f": {reason}" if reason else ""))

@@ -1,0 +1,100 @@
+"""The server's state: configuration, the open coordinator, tokens, the gate and
+the reviewers, held in the aiohttp app under one typed key."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from ._auth import Principal, Tokens
+from ._coordinator import Coordinator
+from ._gate import GateRule, HumanGate
+from ._policy import Policy
+from ._reviewers import ReviewerPool
+from ._scope import Scope
+
+__all__ = ["HUB", "Hub", "ServerConfig"]
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """How `corral serve` (or `make_app`) opens its coordinator and guards it."""
+
+    state: Path
+    repo: Path | None = None
+    """Needed only to create a new state directory."""
+    base: str = "HEAD"
+    backend: str | None = None
+    policies: Sequence[Policy] = ()
+    """Custom policies, asked after the conflict guard and before reviewers and the gate."""
+    guard: bool = True
+    """Put the conflict guard first in the chain."""
+    gate: Sequence[GateRule] = ()
+    gate_timeout: float | None = None
+    admin_token: str | None = None
+    """None: a random one (read it from `Hub.tokens.admin`)."""
+    max_body: int = DEFAULT_MAX_BODY
+    """Largest request body in bytes (413 beyond)."""
+    clock: Callable[[], float] | None = None
+    """Fixed commit times, for reproducible traces (tests)."""
+
+
+@dataclass(eq=False)
+class Hub:
+    config: ServerConfig
+    gate: HumanGate
+    reviewers: ReviewerPool = field(default_factory=ReviewerPool)
+    coord: Coordinator | None = None
+    tokens: Tokens | None = None
+    sockets: weakref.WeakSet[web.WebSocketResponse] = field(default_factory=weakref.WeakSet)
+
+    @property
+    def c(self) -> Coordinator:
+        if self.coord is None:
+            raise RuntimeError("the coordinator is not open")
+        return self.coord
+
+    @property
+    def t(self) -> Tokens:
+        assert self.tokens is not None
+        return self.tokens
+
+    def who(self, request: web.Request, *, allow_query: bool = False) -> Principal:
+        """The caller, from `Authorization: Bearer ...` (or `?token=` for WebSockets)."""
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header[:7].lower() == "bearer " else None
+        if token is None and allow_query:
+            token = request.query.get("token")
+        return self.t.principal(token, self.c)
+
+    def scope(self, who: Principal, name: str) -> Scope:
+        """The live scope `name`, if `who` may act on it (Forbidden / UnknownScope)."""
+        if not who.admin:
+            self.t.require(who, name, self.c)
+        return self.c.scope(name)
+
+    @contextmanager
+    def timed(self, kind: str) -> Iterator[None]:
+        """Time spent inside the coordinator for one effect (`corral_effect_seconds`)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.c.metrics.effect_seconds.labels(kind).observe(time.perf_counter() - start)
+
+    def policies(self) -> list[Policy]:
+        from ._guard import ConflictGuard
+
+        chain: list[Policy] = [ConflictGuard()] if self.config.guard else []
+        return [*chain, *self.config.policies, self.reviewers, self.gate]
+
+
+HUB = web.AppKey("hub", Hub)

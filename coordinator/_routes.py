@@ -1,0 +1,414 @@
+"""The HTTP handlers of the JSON API (prefix /v1) and the table that routes them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+
+from ._api import (
+    BadRequest,
+    BlobOut,
+    DeleteRequest,
+    DiscardRequest,
+    ExecRequest,
+    ExecResultOut,
+    ForkRequest,
+    ForkResponse,
+    GateAnswer,
+    GateItem,
+    GatePending,
+    HandoffRequest,
+    Health,
+    InjectRequest,
+    LogResponse,
+    MergeRequest,
+    MergeResponse,
+    MessagesOut,
+    NamesOut,
+    PatchRequest,
+    ReadResponse,
+    ResultOut,
+    RewindRequest,
+    ScopeOut,
+    ScopesOut,
+    SendRequest,
+    TraceEntryOut,
+    WriteRequest,
+    b64,
+)
+from ._auth import Forbidden, Principal, Tokens
+from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
+from ._hub import HUB, Hub
+from ._openapi import Query, Route
+from ._policy import ScopeInfo
+from ._scope import Result, Scope
+from ._streams import events, reviewers
+from ._trace import TraceEntry, TreeChanges
+
+__all__ = ["ROUTES"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json(model: BaseModel) -> web.Response:
+    return web.Response(body=model.model_dump_json().encode(), content_type="application/json")
+
+
+async def _body(request: web.Request, model: type[M]) -> M:
+    raw = await request.read()
+    return model.model_validate_json(raw if raw.strip() else b"{}")
+
+
+def _ctx(request: web.Request) -> tuple[Hub, Principal]:
+    hub = request.app[HUB]
+    return hub, hub.who(request)
+
+
+def _scope(request: web.Request) -> tuple[Hub, Principal, Scope]:
+    hub, who = _ctx(request)
+    return hub, who, hub.scope(who, request.match_info["name"])
+
+
+def _scope_out(info: ScopeInfo) -> ScopeOut:
+    return ScopeOut(name=info.name, head=info.head, parent=info.parent,
+                    fork_point=info.fork_point, backend=info.backend)
+
+
+def _result(r: Result) -> ResultOut:
+    d = r.effect.decision
+    return ResultOut(ok=r.ok, status=r.effect.status, commit=r.commit, reason=r.reason,
+                     verdict=d.verdict if d else None, effect=r.effect)
+
+
+async def _noop(_: Intent) -> tuple[Outcome, TreeChanges]:
+    return NoOutcome(), {}
+
+
+async def _control(hub: Hub, scope: Scope, action: str, detail: dict[str, object]) -> Result:
+    """Record a supervisor's control action as a `decision` effect on the scope."""
+    intent = SupervisorAction(action=action, target=scope.name, detail=detail)  # type: ignore[arg-type]
+    return await scope.perform(intent, _noop)
+
+
+# -- service ------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    return _json(Health(snapshot=hub.c.trace.snapshot() or ""))
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    from ._openapi import openapi
+
+    return web.json_response(openapi(ROUTES))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    body = await asyncio.to_thread(generate_latest, hub.c.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# -- scopes -------------------------------------------------------------------
+
+
+async def list_scopes(request: web.Request) -> web.Response:
+    hub, who = _ctx(request)
+    coord = hub.c
+    out = [_scope_out(s.info()) for s in coord.scopes.values()
+           if not s.discarded and hub.t.covers(who, s.name, coord)]
+    return _json(ScopesOut(scopes=out))
+
+
+async def get_scope(request: web.Request) -> web.Response:
+    _, _, scope = _scope(request)
+    return _json(_scope_out(scope.info()))
+
+
+async def fork(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, ForkRequest)
+    child = await scope.fork(req.name)
+    return _json(ForkResponse(scope=_scope_out(child.info()),
+                              token=hub.t.issue(child.name, child.fork_point)))
+
+
+async def read_file(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    path = request.query.get("path", "")
+    with hub.timed("read"):
+        data = await scope.read(path)
+    return _json(ReadResponse(path=path, content_b64=b64(data), size=len(data)))
+
+
+async def list_dir(request: web.Request) -> web.Response:
+    _, _, scope = _scope(request)
+    path = request.query.get("path", "")
+    try:
+        names = await scope.listdir(path)
+    except NotADirectoryError as e:
+        raise BadRequest(f"{path} is not a directory") from e
+    return _json(NamesOut(names=names))
+
+
+async def write(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, WriteRequest)
+    with hub.timed("fs.write"):
+        r = await scope.write(req.path, req.content, mode=req.mode, cause=req.cause)
+    return _json(_result(r))
+
+
+async def patch(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, PatchRequest)
+    with hub.timed("fs.patch"):
+        r = await scope.patch(req.path, req.diff, cause=req.cause)
+    return _json(_result(r))
+
+
+async def delete(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, DeleteRequest)
+    with hub.timed("fs.delete"):
+        r = await scope.delete(req.path, cause=req.cause)
+    return _json(_result(r))
+
+
+async def exec_(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, ExecRequest)
+    with hub.timed("exec"):
+        r = await scope.exec(req.argv, timeout=req.timeout, network=req.network, env=req.env,
+                             cause=req.cause)
+    base = _result(r).model_dump()
+    out = r.outcome
+    if isinstance(out, ExecOutcome):
+        trace = hub.c.trace
+        stdout, stderr = await hub.c.io(lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
+        base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
+                    timed_out=out.timed_out)
+    return _json(ExecResultOut.model_validate(base))
+
+
+async def rewind(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    req = await _body(request, RewindRequest)
+    cause = req.cause
+    to, steps = req.to, req.steps
+    if who.admin and scope.name != "root":
+        # Resolve the target first: the control record must not count as a step.
+        to = await hub.c.io(scope._rewind_target, to, steps)
+        steps = None
+        done = await _control(hub, scope, "rewind", {"to": to})
+        if not done.ok:
+            return _json(_result(done))
+        cause = cause or done.effect.id
+    with hub.timed("scope.rewind"):
+        r = await scope.rewind(to, steps=steps, cause=cause)
+    return _json(_result(r))
+
+
+async def merge(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    req = await _body(request, MergeRequest)
+    other = hub.scope(who, req.other)
+    with hub.timed("scope.merge"):
+        m = await scope.merge(other, strategy=req.strategy, dry_run=req.dry_run, cause=req.cause)
+    return _json(MergeResponse.of(m))
+
+
+async def discard(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    req = await _body(request, DiscardRequest)
+    if scope.name == "root":
+        raise BadRequest("the root scope cannot be discarded")
+    cause = req.cause
+    if who.admin:
+        done = await _control(hub, scope, "discard", {})
+        if not done.ok:
+            return _json(_result(done))
+        cause = cause or done.effect.id
+    with hub.timed("scope.discard"):
+        r = await scope.discard(cause=cause)
+    if r is None:  # discarded meanwhile by another request
+        raise BadRequest(f"scope {scope.name!r} was already discarded")
+    return _json(_result(r))
+
+
+async def send(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    req = await _body(request, SendRequest)
+    with hub.timed("message"):
+        r = await scope.send(req.to, req.text)
+    return _json(_result(r))
+
+
+async def take_messages(request: web.Request) -> web.Response:
+    _, _, scope = _scope(request)
+    return _json(MessagesOut(messages=scope.take_messages()))
+
+
+async def _deliver(hub: Hub, scope: Scope, text: str, sender: str) -> Result:
+    intent = SupervisorAction(action="inject", target=scope.name,
+                              detail={"text": text, "sender": sender})
+
+    async def act(_: Intent) -> tuple[Outcome, TreeChanges]:
+        scope.inbox.append(Message(to=scope.name, text=text, sender=sender))
+        return NoOutcome(), {}
+
+    return await scope.perform(intent, act)
+
+
+async def inject(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    Tokens.require_admin(who)
+    req = await _body(request, InjectRequest)
+    return _json(_result(await _deliver(hub, scope, req.text, req.sender)))
+
+
+async def handoff(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    Tokens.require_admin(who)
+    req = await _body(request, HandoffRequest)
+    source = hub.scope(who, req.source)
+    done = await _control(hub, scope, "handoff", {"from": source.name, "head": source.head})
+    if not done.ok:
+        raise BadRequest(f"the handoff was blocked: {done.reason}")
+    m = await scope.merge(source, strategy="theirs", cause=done.effect.id)
+    if m.commit is not None and req.note:
+        await _deliver(hub, scope, req.note, "supervisor")
+    return _json(MergeResponse.of(m))
+
+
+# -- trace --------------------------------------------------------------------
+
+
+def _entry(e: TraceEntry) -> TraceEntryOut:
+    return TraceEntryOut(commit=e.commit, parents=list(e.parents), tree=e.tree,
+                         subject=e.subject, effect=e.effect)
+
+
+async def log(request: web.Request) -> web.Response:
+    hub, _, scope = _scope(request)
+    entries = await hub.c.io(hub.c.trace.log, scope.head)
+    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+
+
+async def show(request: web.Request) -> web.Response:
+    hub, who = _ctx(request)
+    entry = await hub.c.io(hub.c.trace.show, request.match_info["commit"])
+    if not who.admin and (entry.effect is None
+                          or not hub.t.covers(who, entry.effect.scope, hub.c)):
+        raise Forbidden("this commit is not on a scope this token acts on")
+    return _json(_entry(entry))
+
+
+async def blob(request: web.Request) -> web.Response:
+    hub, who = _ctx(request)
+    Tokens.require_admin(who)
+    oid = request.match_info["id"]
+    if not all(c in "0123456789abcdef" for c in oid) or len(oid) != 40:
+        raise BadRequest(f"{oid!r} is not a full hex blob id")
+    data = await hub.c.io(hub.c.trace.blob, oid)
+    return _json(BlobOut(id=oid, content_b64=b64(data)))
+
+
+# -- the human gate -----------------------------------------------------------
+
+
+async def gate_pending(request: web.Request) -> web.Response:
+    hub, who = _ctx(request)
+    Tokens.require_admin(who)
+    items = [GateItem(id=h.id, rule=str(h.rule), effect=h.effect) for h in hub.gate.pending()]
+    return _json(GatePending(items=items))
+
+
+async def _gate_answer(request: web.Request, approve: bool) -> web.Response:
+    hub, who = _ctx(request)
+    Tokens.require_admin(who)
+    req = await _body(request, GateAnswer)
+    held = hub.gate.answer(request.match_info["id"], approve, req.reason)
+    return _json(GateItem(id=held.id, rule=str(held.rule), effect=held.effect))
+
+
+async def gate_approve(request: web.Request) -> web.Response:
+    return await _gate_answer(request, True)
+
+
+async def gate_reject(request: web.Request) -> web.Response:
+    return await _gate_answer(request, False)
+
+
+_S = "/v1/scopes/{name}"
+_PATH = Query("path", "File path relative to the workspace root", required=True)
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/v1/health", health, "Liveness and the snapshot commit", response=Health,
+          auth="none", tag="service"),
+    Route("GET", "/openapi.json", openapi_json, "This document", auth="none", tag="service"),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", auth="none", tag="service",
+          content_type="text/plain"),
+    Route("GET", "/v1/scopes", list_scopes, "Live scopes the token may act on",
+          response=ScopesOut),
+    Route("GET", _S, get_scope, "One scope", response=ScopeOut),
+    Route("POST", _S + "/fork", fork, "Fork a child scope; returns its token",
+          body=ForkRequest, response=ForkResponse),
+    Route("GET", _S + "/file", read_file, "Read a file (content base64)", query=(_PATH,),
+          response=ReadResponse),
+    Route("GET", _S + "/dir", list_dir, "List a directory",
+          query=(Query("path", "Directory ('' or absent: the root)"),), response=NamesOut),
+    Route("POST", _S + "/write", write, "Write a file", body=WriteRequest, response=ResultOut),
+    Route("POST", _S + "/patch", patch, "Apply unified-diff hunks to a file", body=PatchRequest,
+          response=ResultOut),
+    Route("POST", _S + "/delete", delete, "Delete a file", body=DeleteRequest,
+          response=ResultOut),
+    Route("POST", _S + "/exec", exec_, "Run a command transactionally", body=ExecRequest,
+          response=ExecResultOut),
+    Route("POST", _S + "/rewind", rewind, "Rewind to a commit or by steps",
+          body=RewindRequest, response=ResultOut),
+    Route("POST", _S + "/merge", merge, "Merge another scope into this one (or dry-run)",
+          body=MergeRequest, response=MergeResponse),
+    Route("POST", _S + "/discard", discard, "Archive the scope and release its workspace",
+          body=DiscardRequest, response=ResultOut),
+    Route("POST", _S + "/send", send, "Send a message to another scope's inbox",
+          body=SendRequest, response=ResultOut),
+    Route("POST", _S + "/inbox/take", take_messages, "Take the messages received so far",
+          response=MessagesOut),
+    Route("POST", _S + "/inject", inject, "Supervisor: deliver a note into the inbox",
+          body=InjectRequest, response=ResultOut, auth="admin", tag="supervisor"),
+    Route("POST", _S + "/handoff", handoff,
+          "Supervisor: this scope takes over another's work (merge, strategy theirs)",
+          body=HandoffRequest, response=MergeResponse, auth="admin", tag="supervisor"),
+    Route("GET", _S + "/log", log, "Effects on the scope's branch, oldest first",
+          response=LogResponse, tag="trace"),
+    Route("GET", "/v1/trace/{commit}", show, "One trace commit with its effect",
+          response=TraceEntryOut, tag="trace"),
+    Route("GET", "/v1/blobs/{id}", blob, "A blob of the trace (content base64)",
+          response=BlobOut, auth="admin", tag="trace"),
+    Route("GET", "/v1/gate/pending", gate_pending, "Intents held at the human gate",
+          response=GatePending, auth="admin", tag="supervisor"),
+    Route("POST", "/v1/gate/{id}/approve", gate_approve, "Approve a held intent",
+          body=GateAnswer, response=GateItem, auth="admin", tag="supervisor"),
+    Route("POST", "/v1/gate/{id}/reject", gate_reject, "Reject (block) a held intent",
+          body=GateAnswer, response=GateItem, auth="admin", tag="supervisor"),
+    Route("GET", "/v1/events", events,
+          "WebSocket: intents, decisions and effects as JSON ({type, commit, effect})",
+          query=(Query("scope", "Only these scopes", many=True),
+                 Query("kind", "Only these effect kinds (fs.write, exec, ...)", many=True),
+                 Query("type", "Only these event types (intent, decision, effect)", many=True),
+                 Query("token", "The bearer token (browsers cannot set headers)")),
+          websocket=True, tag="streams"),
+    Route("GET", "/v1/reviewers", reviewers,
+          "WebSocket: review pending intents (see the reviewer protocol)",
+          query=(Query("name", "The reviewer's name (recorded in decisions)"),
+                 Query("kind", "Effect kinds to review (none: all)", many=True),
+                 Query("timeout", "Seconds to answer before abstaining", type="number"),
+                 Query("token", "The admin token")),
+          auth="admin", websocket=True, tag="streams"),
+)

@@ -1,0 +1,159 @@
+"""The coordinator server: the JSON API, the event and reviewer WebSockets,
+`/metrics` and `/openapi.json`, on aiohttp.
+
+The coordinator is opened in the app's cleanup context (and closed with it);
+errors become JSON 4xx in one middleware; the routes come from one table
+(`_routes.ROUTES`) that also generates the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from ._api import ErrorOut
+from ._auth import Tokens
+from ._coordinator import Coordinator
+from ._errors import CorralError, SandboxFailure
+from ._gate import HumanGate
+from ._hub import HUB, Hub, ServerConfig
+
+__all__ = ["ServerConfig", "is_loopback", "make_app", "run_server"]
+
+log = logging.getLogger("corral.server")
+
+# OS errors from a bad path that reached the filesystem (a file used as a
+# directory, a name too long): the caller's mistake, not the server's.
+_BAD_PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP}
+
+
+def _error(status: int, error: str, detail: str,
+           errors: list[dict[str, object]] | None = None) -> web.Response:
+    body = ErrorOut(error=error, detail=detail, errors=errors).model_dump_json(exclude_none=True)
+    return web.Response(status=status, body=body.encode(), content_type="application/json")
+
+
+@web.middleware
+async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Map every failure to a JSON error: CorralError by its `.status`, the
+    built-in file errors, validation errors (422; malformed JSON 400), aiohttp's
+    own HTTP errors (404 route, 405, 413 body too large). Anything else is a
+    bug: logged, and a 500 that says so."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
+    except ValidationError as e:
+        details = e.errors(include_url=False, include_context=False, include_input=False)
+        if any(d["type"] == "json_invalid" for d in details):
+            return _error(400, "MalformedJSON", f"the body is not valid JSON: {details[0]['msg']}")
+        summary = "; ".join(
+            f"{'.'.join(str(x) for x in d['loc']) or 'body'}: {d['msg']}" for d in details[:5]
+        )
+        return _error(422, "ValidationError", summary, [dict(d) for d in details])
+    except SandboxFailure as e:
+        if isinstance(e.cause, OSError) and e.cause.errno in _BAD_PATH_ERRNOS:
+            return _error(400, "PathError", str(e))
+        log.exception("sandbox failure on %s %s", request.method, request.path)
+        return _error(500, type(e).__name__, str(e))
+    except CorralError as e:
+        if e.status >= 500:
+            log.exception("error on %s %s", request.method, request.path)
+        return _error(e.status, type(e).__name__, str(e))
+    except FileNotFoundError as e:
+        return _error(404, "FileNotFoundError", str(e))
+    except (IsADirectoryError, NotADirectoryError) as e:
+        return _error(400, type(e).__name__, str(e))
+    except OSError as e:
+        if e.errno in _BAD_PATH_ERRNOS:
+            return _error(400, "PathError", str(e))
+        log.exception("OS error on %s %s", request.method, request.path)
+        return _error(500, "InternalError", f"{type(e).__name__}: {e}")
+    except Exception as e:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return _error(500, "InternalError", f"{type(e).__name__}: {e}")
+
+
+async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
+    hub = app[HUB]
+    cfg = hub.config
+    async with Coordinator.open(cfg.state, repo=cfg.repo, base=cfg.base, backend=cfg.backend,
+                                policies=hub.policies(), clock=cfg.clock) as coord:
+        hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
+        hub.coord = coord
+        try:
+            yield
+        finally:
+            hub.gate.close()
+            hub.coord = None
+
+
+async def _close_sockets(app: web.Application) -> None:
+    for ws in list(app[HUB].sockets):
+        await ws.close(code=1001, message=b"server shutting down")
+
+
+def make_app(config: ServerConfig) -> web.Application:
+    """The aiohttp application serving one coordinator state directory."""
+    from ._routes import ROUTES
+
+    app = web.Application(client_max_size=config.max_body, middlewares=[errors])
+    app[HUB] = Hub(config, HumanGate(list(config.gate), timeout=config.gate_timeout))
+    app.cleanup_ctx.append(_coordinator_ctx)
+    app.on_shutdown.append(_close_sockets)
+    for r in ROUTES:
+        app.router.add_route(r.method, r.path, r.handler)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8765,
+                     *, print_token: bool = False) -> None:
+    """Serve until SIGINT or SIGTERM. Prints `listening on http://HOST:PORT`
+    (the real port when `port` is 0) and, if asked, the admin token."""
+    if config.admin_token is None:
+        import secrets
+
+        config = replace(config, admin_token="a." + secrets.token_urlsafe(24))
+        print_token = True
+    if not is_loopback(host):
+        print(f"warning: binding to {host}: the API is reachable from the network and "
+              "Corral serves no TLS; put a TLS proxy in front", file=sys.stderr, flush=True)
+    app = make_app(config)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        real = sockets[0].getsockname()[1] if sockets else port
+        if print_token:
+            print(f"admin token: {config.admin_token}", flush=True)
+        print(f"listening on http://{host}:{real}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,352 @@
+"""An async client for the Corral server, for agents and supervisors in other processes.
+
+::
+
+    async with CorralClient("http://127.0.0.1:8765", token=admin) as corral:
+        alice = await corral.fork("root", "alice")          # ForkResponse, .token
+        agent = corral.with_token(alice.token)               # acts on alice only
+        r = await agent.write("alice", "src/app.py", b"...")  # ResultOut; r.ok, r.reason
+        async for event in corral.events(scopes=["alice"]):   # dicts: type, commit, effect
+            ...
+
+Error responses raise the same exceptions as the Python API (PathError,
+UnknownScope, ScopeExists, FileNotFoundError, ...); 401/403 raise AuthError /
+Forbidden; anything else a `ClientError` (a CorralError) with `.status`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+import aiohttp
+from pydantic import BaseModel
+
+from . import _errors
+from ._api import (
+    BlobOut,
+    ExecResultOut,
+    ForkResponse,
+    GateItem,
+    GatePending,
+    LogResponse,
+    MergeResponse,
+    MessagesOut,
+    NamesOut,
+    ReadResponse,
+    ResultOut,
+    ScopeOut,
+    ScopesOut,
+    TraceEntryOut,
+)
+from ._auth import AuthError, Forbidden
+from ._effects import Message
+
+__all__ = ["ClientError", "CorralClient", "ReviewRequest"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ClientError(_errors.CorralError):
+    """An error response with no more specific class; `.status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int, error: str = "") -> None:
+        super().__init__(message)
+        self.status = status  # type: ignore[misc]
+        self.error = error
+
+
+_BY_NAME: dict[str, type[Exception]] = {
+    name: getattr(_errors, name) for name in _errors.__all__
+} | {
+    "AuthError": AuthError,
+    "Forbidden": Forbidden,
+    "FileNotFoundError": FileNotFoundError,
+    "IsADirectoryError": IsADirectoryError,
+    "NotADirectoryError": NotADirectoryError,
+}
+
+
+def _raise(status: int, payload: Any) -> None:
+    error = payload.get("error", "") if isinstance(payload, dict) else ""
+    detail = payload.get("detail", str(payload)) if isinstance(payload, dict) else str(payload)
+    cls = _BY_NAME.get(error)
+    if cls is None:
+        if status == 401:
+            cls = AuthError
+        elif status == 403:
+            cls = Forbidden
+        else:
+            raise ClientError(f"{status} {error}: {detail}", status, error)
+    raise cls(detail)
+
+
+class ReviewRequest(dict):  # type: ignore[type-arg]
+    """One `review` message: `["id"]` and `["effect"]` (the pending effect as JSON)."""
+
+
+class Reviewer:
+    """A connected external reviewer: iterate requests, `answer` each."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, registered: dict[str, Any]):
+        self._ws = ws
+        self.registered = registered
+
+    def __aiter__(self) -> AsyncIterator[ReviewRequest]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[ReviewRequest]:
+        async for msg in self._ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            data = json.loads(msg.data)
+            if data.get("type") == "review":
+                yield ReviewRequest(data)
+
+    async def answer(
+        self,
+        request: ReviewRequest | str,
+        verdict: Literal["allow", "block", "rewrite", "defer", "abstain"],
+        reason: str = "",
+        *,
+        rewritten: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        until: str | None = None,
+    ) -> None:
+        rid = request if isinstance(request, str) else request["id"]
+        body: dict[str, Any] = {"type": "answer", "id": rid, "verdict": verdict,
+                                "reason": reason}
+        if rewritten is not None:
+            body["rewritten"] = rewritten
+        if content is not None:
+            body["content_b64"] = base64.b64encode(content).decode()
+        if until is not None:
+            body["until"] = until
+        await self._ws.send_str(json.dumps(body))
+
+
+class CorralClient:
+    """The API over HTTP. Use as an async context manager (it owns a session),
+    or pass your own `session`."""
+
+    def __init__(self, base_url: str, token: str | None = None, *,
+                 session: aiohttp.ClientSession | None = None, timeout: float = 300) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self._session = session
+        self._owns = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+
+    async def __aenter__(self) -> CorralClient:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def with_token(self, token: str) -> CorralClient:
+        """A client sharing this one's connection pool, acting with `token`."""
+        return CorralClient(self.base_url, token, session=self.session)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use `async with CorralClient(...)` first")
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    async def request(self, method: str, path: str, *, json_body: Any = None,
+                      params: Any = None) -> Any:
+        """One API call; returns the decoded JSON, raises the mapped error."""
+        data = json.dumps(json_body).encode() if json_body is not None else None
+        headers = self._headers()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        async with self.session.request(method, self.base_url + path, data=data,
+                                        params=params, headers=headers) as resp:
+            raw = await resp.read()
+            try:
+                payload = json.loads(raw) if raw else None
+            except ValueError:
+                payload = raw.decode(errors="replace")
+            if resp.status >= 400:
+                _raise(resp.status, payload)
+            return payload
+
+    async def _call(self, model: type[M], method: str, path: str, body: Any = None,
+                    params: Any = None) -> M:
+        return model.model_validate(await self.request(method, path, json_body=body,
+                                                       params=params))
+
+    @staticmethod
+    def _s(scope: str) -> str:
+        return f"/v1/scopes/{scope}"
+
+    # -- scopes ---------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        return await self.request("GET", "/v1/health")  # type: ignore[no-any-return]
+
+    async def scopes(self) -> list[ScopeOut]:
+        return (await self._call(ScopesOut, "GET", "/v1/scopes")).scopes
+
+    async def scope(self, name: str) -> ScopeOut:
+        return await self._call(ScopeOut, "GET", self._s(name))
+
+    async def fork(self, parent: str, name: str) -> ForkResponse:
+        """Fork `name` from `parent`; the response carries the child's token."""
+        return await self._call(ForkResponse, "POST", self._s(parent) + "/fork", {"name": name})
+
+    async def read(self, scope: str, path: str) -> bytes:
+        r = await self._call(ReadResponse, "GET", self._s(scope) + "/file", params={"path": path})
+        return base64.b64decode(r.content_b64)
+
+    async def listdir(self, scope: str, path: str = "") -> list[str]:
+        return (await self._call(NamesOut, "GET", self._s(scope) + "/dir",
+                                 params={"path": path})).names
+
+    async def write(self, scope: str, path: str, data: bytes, *, mode: int = 0o100644,
+                    cause: str | None = None) -> ResultOut:
+        body = {"path": path, "content_b64": base64.b64encode(data).decode(), "mode": mode,
+                "cause": cause}
+        return await self._call(ResultOut, "POST", self._s(scope) + "/write", body)
+
+    async def patch(self, scope: str, path: str, diff: str, *,
+                    cause: str | None = None) -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/patch",
+                                {"path": path, "diff": diff, "cause": cause})
+
+    async def delete(self, scope: str, path: str, *, cause: str | None = None) -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/delete",
+                                {"path": path, "cause": cause})
+
+    async def exec(self, scope: str, argv: Sequence[str], *, timeout: float = 120.0,
+                   network: bool = False, env: dict[str, str] | None = None,
+                   cause: str | None = None) -> ExecResultOut:
+        return await self._call(ExecResultOut, "POST", self._s(scope) + "/exec",
+                                {"argv": list(argv), "timeout": timeout, "network": network,
+                                 "env": env, "cause": cause})
+
+    async def rewind(self, scope: str, to: str | None = None, *, steps: int | None = None,
+                     cause: str | None = None) -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/rewind",
+                                {"to": to, "steps": steps, "cause": cause})
+
+    async def merge(self, scope: str, other: str, *,
+                    strategy: Literal["fail", "ours", "theirs", "union"] = "fail",
+                    dry_run: bool = False, cause: str | None = None) -> MergeResponse:
+        return await self._call(MergeResponse, "POST", self._s(scope) + "/merge",
+                                {"other": other, "strategy": strategy, "dry_run": dry_run,
+                                 "cause": cause})
+
+    async def discard(self, scope: str, *, cause: str | None = None) -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/discard", {"cause": cause})
+
+    async def send(self, scope: str, to: str, text: str) -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/send",
+                                {"to": to, "text": text})
+
+    async def take_messages(self, scope: str) -> list[Message]:
+        return (await self._call(MessagesOut, "POST", self._s(scope) + "/inbox/take")).messages
+
+    # -- supervisor -----------------------------------------------------------
+
+    async def inject(self, scope: str, text: str, *, sender: str = "supervisor") -> ResultOut:
+        return await self._call(ResultOut, "POST", self._s(scope) + "/inject",
+                                {"text": text, "sender": sender})
+
+    async def handoff(self, scope: str, source: str, *, note: str | None = None) -> MergeResponse:
+        return await self._call(MergeResponse, "POST", self._s(scope) + "/handoff",
+                                {"source": source, "note": note})
+
+    async def gate_pending(self) -> list[GateItem]:
+        return (await self._call(GatePending, "GET", "/v1/gate/pending")).items
+
+    async def approve(self, id: str, reason: str = "") -> GateItem:
+        return await self._call(GateItem, "POST", f"/v1/gate/{id}/approve", {"reason": reason})
+
+    async def reject(self, id: str, reason: str = "") -> GateItem:
+        return await self._call(GateItem, "POST", f"/v1/gate/{id}/reject", {"reason": reason})
+
+    # -- trace ----------------------------------------------------------------
+
+    async def log(self, scope: str) -> LogResponse:
+        return await self._call(LogResponse, "GET", self._s(scope) + "/log")
+
+    async def show(self, commit: str) -> TraceEntryOut:
+        return await self._call(TraceEntryOut, "GET", f"/v1/trace/{commit}")
+
+    async def blob(self, oid: str) -> bytes:
+        r = await self._call(BlobOut, "GET", f"/v1/blobs/{oid}")
+        return base64.b64decode(r.content_b64)
+
+    async def metrics(self) -> str:
+        async with self.session.get(self.base_url + "/metrics") as resp:
+            return await resp.text()
+
+    # -- streams --------------------------------------------------------------
+
+    def _ws_url(self, path: str) -> str:
+        return self.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
+
+    @staticmethod
+    def _multi(**values: Iterable[str] | None) -> list[tuple[str, str]]:
+        return [(k, v) for k, vs in values.items() for v in (vs or ())]
+
+    @asynccontextmanager
+    async def subscribe(
+        self, *, scopes: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
+        types: Iterable[str] | None = None,
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """`async with client.subscribe(...) as events: async for e in events` — the
+        subscription is live once the context is entered."""
+        params = self._multi(scope=scopes, kind=kinds, type=types)
+        async with self.session.ws_connect(self._ws_url("/v1/events"), params=params,
+                                           headers=self._headers()) as ws:
+            hello = await ws.receive_json()
+            if hello.get("type") != "subscribed":
+                raise ClientError(f"unexpected first message {hello}", 500)
+
+            async def stream() -> AsyncIterator[dict[str, Any]]:
+                async for msg in ws:
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    yield json.loads(msg.data)
+
+            yield stream()
+
+    async def events(self, **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        """Every matching event, as dicts `{type, commit, effect}`."""
+        async with self.subscribe(**filters) as stream:
+            async for event in stream:
+                yield event
+
+    @asynccontextmanager
+    async def reviewer(self, name: str, kinds: Iterable[str] | None = None, *,
+                       timeout: float = 5.0) -> AsyncIterator[Reviewer]:
+        """Connect as an external reviewer (admin token) of `kinds` (None: all)."""
+        params = [("name", name), ("timeout", str(timeout)), *self._multi(kind=kinds)]
+        try:
+            ws_cm = self.session.ws_connect(self._ws_url("/v1/reviewers"), params=params,
+                                            headers=self._headers())
+            ws = await ws_cm.__aenter__()
+        except aiohttp.WSServerHandshakeError as e:
+            _raise(e.status, {"error": "", "detail": e.message})
+            raise
+        try:
+            registered = await ws.receive_json()
+            yield Reviewer(ws, registered)
+        finally:
+            await ws_cm.__aexit__(None, None, None)
+

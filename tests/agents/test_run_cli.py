@@ -1,0 +1,126 @@
+"""`corral run` end to end: the real CLI, real SDKs, the local model server in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from coordinator.cli import app
+from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
+from tests.conftest import git, make_repo
+
+Script = Callable[[dict[str, Any]], Reply | str]
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in NO_KEYS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[[dict[str, Script]], str]]:
+    """Starts a ScriptedModelServer on its own loop in a thread; returns its base URL."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servers: list[ScriptedModelServer] = []
+
+    def start(scripts: dict[str, Script]) -> str:
+        server = ScriptedModelServer()
+        for model, script in scripts.items():
+            server.script(model, script)
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        servers.append(server)
+        return server.base_url
+
+    yield start
+    for server in servers:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def _agents(payload: dict[str, Any]) -> Reply:
+    """agent-1 adds mul.py, agent-2 documents it in README.md; both then finish."""
+    first = next(m["content"] for m in payload["messages"] if m["role"] == "user")
+    plan = {
+        "agent-1": [call("write_file", path="mul.py", content="def mul(a, b):\n    pass\n")],
+        "agent-2": [call("edit", path="README.md", old="# calc\n", new="# calc\n\nHas mul.\n")],
+    }["agent-1" if "(agent-1)" in first else "agent-2"]
+    step = steps_of(payload)
+    return plan[step] if step < len(plan) else call("finish", summary="done")
+
+
+def test_run_merges_agents_into_a_branch_without_touching_the_tree(
+    tmp_path: Path, served: Callable[[dict[str, Script]], str]
+) -> None:
+    """Two agents under the LLM supervisor: both finish, both merge, and the result is the
+    branch corral/<run-id> in the user's repository; HEAD and the working tree are unchanged;
+    --json reports steps, tokens, cached tokens, blocked intents and the merges."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC, "README.md": "# calc\n"})
+    head = git(repo, "rev-parse", "HEAD").strip()
+    url = served({"m": _agents, "sup": lambda p: Reply(tool_calls=[ToolCall("noop", {})])})
+    result = CliRunner().invoke(app, [
+        "run", "--repo", str(repo), "--task", "add mul", "--task", "document mul",
+        "--model", "openai/m", "--base-url", url, "--supervisor", "llm:openai/sup",
+        "--state", str(tmp_path / "state"), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["branch"].startswith("corral/")
+    assert [a["status"] for a in report["agents"]] == ["finished", "finished"]
+    assert all(a["steps"] == 2 and a["prompt_tokens"] > 0 for a in report["agents"])
+    assert [m["outcome"] for m in report["merges"]] == ["merged", "merged"]
+    assert report["supervisor_actions"] == ["decision noop *", "decision noop *"]
+    branch = report["branch"]
+    assert git(repo, "rev-parse", branch).strip() == report["commit"]
+    assert git(repo, "show", f"{branch}:mul.py") == "def mul(a, b):\n    pass\n"
+    assert "Has mul." in git(repo, "show", f"{branch}:README.md")
+    assert git(repo, "rev-parse", "HEAD").strip() == head
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_run_prints_progress_and_a_summary(
+    tmp_path: Path, served: Callable[[dict[str, Script]], str]
+) -> None:
+    """Without --json, the run shows progress and a summary table; the state defaults to
+    the repository's git directory."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC, "README.md": "# calc\n"})
+    url = served({"m": _agents})
+    result = CliRunner().invoke(app, [
+        "run", "--repo", str(repo), "--task", "add mul", "--model", "openai/m",
+        "--base-url", url,
+    ])
+    assert result.exit_code == 0, result.output
+    assert "agent-1" in result.output and "merged" in result.output
+    assert "branch corral/" in result.output
+    assert list((repo / ".git" / "corral" / "runs").iterdir())
+
+
+def test_missing_key_and_unreachable_server_give_clear_messages(tmp_path: Path) -> None:
+    """No key: a one-line error. An unreachable server: the agent's error, no traceback, and
+    the failed model call stays in the trace."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    runner = CliRunner()
+    no_key = runner.invoke(app, ["run", "--repo", str(repo), "--task", "t",
+                                 "--model", "openai/gpt-4o-mini"])
+    assert no_key.exit_code == 1 and "OPENAI_API_KEY is not set" in no_key.output
+    assert "Traceback" not in no_key.output
+    state = tmp_path / "state"
+    down = runner.invoke(app, ["run", "--repo", str(repo), "--task", "t", "--model", "openai/m",
+                               "--base-url", "http://127.0.0.1:9/v1", "--retries", "1",
+                               "--state", str(state)])
+    assert down.exit_code == 1 and "unreachable" in down.output
+    assert "Traceback" not in down.output
+    log = git(tmp_path, "--git-dir", str(state / "trace.git"), "log", "--format=%s",
+              "refs/corral/scopes/agent-1")
+    assert "model.call openai/m [failed]" in log

@@ -1,0 +1,131 @@
+"""The LLM supervisor, end to end against the local model server with scripted decisions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from agents import CodingAgent, LLMSupervisor, ModelCaller
+from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from agents.providers import AnthropicProvider, OpenAIProvider
+from coordinator import ConflictGuard, Coordinator, SupervisorAction
+from tests.agents._helpers import CALC, NO_KEYS, by_step, call
+from tests.conftest import make_repo
+
+MUL = "\n\ndef mul(a, b):\n    return a * b\n"
+POW = "\n\ndef power(a, b):\n    return a ** b\n"
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in NO_KEYS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[ScriptedModelServer]:
+    async with ScriptedModelServer() as running:
+        yield running
+
+
+async def test_blocked_intent_handoff_and_clean_merge(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """Bob's write conflicts with Alice's and is blocked; the supervisor (an Anthropic-format
+    model) sees it and hands Alice's scope to Bob, who continues on top of it; both branches
+    then merge into root cleanly. Every action is an effect linked by cause."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    server.script("alice", by_step([call("write_file", path="calc.py", content=CALC + MUL),
+                                    call("finish", summary="mul")]))
+    server.script("bob", by_step([
+        call("write_file", path="calc.py", content=CALC + POW),
+        call("write_file", path="calc.py", content=CALC + MUL + POW),
+        call("finish", summary="power"),
+    ]))
+
+    def decide(payload: dict) -> Reply:  # type: ignore[type-arg]
+        last = payload["messages"][-1]["content"]
+        text = last if isinstance(last, str) else " ".join(b.get("text", "") for b in last)
+        if "BLOCKED" in text or "[blocked]" in text:
+            return Reply(tool_calls=[ToolCall("handoff", {"from": "alice", "to": "bob",
+                                                          "note": "Add power after mul."})])
+        return Reply(tool_calls=[ToolCall("noop", {"reason": "fine"})])
+
+    server.script("sup", decide)
+    pa = OpenAIProvider("alice", base_url=server.base_url)
+    pb = OpenAIProvider("bob", base_url=server.base_url)
+    ps = AnthropicProvider("sup", base_url=server.anthropic_base_url)
+    async with Coordinator.open(tmp_path / "s", repo, policies=[ConflictGuard()]) as coord:
+        alice = CodingAgent(coord, await coord.root.fork("alice"), ModelCaller(coord, pa),
+                            "add mul")
+        bob = CodingAgent(coord, await coord.root.fork("bob"), ModelCaller(coord, pb),
+                          "add power")
+        async with LLMSupervisor(coord, ModelCaller(coord, ps), [alice, bob]) as sup:
+            alice.before_step = bob.before_step = sup.settle
+            ra = await alice.run()
+            rb = await bob.run()
+            await sup.settle()
+        assert ra.status == rb.status == "finished"
+        assert rb.blocked == 1
+        actions = [e.intent for e in sup.actions]
+        assert [a.action for a in actions if isinstance(a, SupervisorAction)] == [
+            "noop", "handoff", "noop"  # alice finished, bob was blocked, bob finished
+        ]
+        handoff = sup.actions[1]
+        assert handoff.cause is not None and handoff.cause.startswith("supervisor#")
+        about = handoff.intent.about  # type: ignore[union-attr]
+        assert about is not None and about.startswith("bob#")
+        merge = next(e for e in coord.log(bob.scope) if e.kind == "scope.merge")
+        assert merge.cause == handoff.id
+        bob_requests = [r.json() for r in server.requests if r.model == "bob"]
+        assert "handed you alice's work" in bob_requests[1]["messages"][-1]["content"]
+        assert (await coord.root.merge(alice.scope)).commit is not None
+        merged = await coord.root.merge(bob.scope)
+        assert merged.commit is not None and not merged.conflicts
+        assert await coord.root.read("calc.py") == (CALC + MUL + POW).encode()
+    for p in (pa, pb, ps):
+        await p.aclose()
+
+
+async def test_inject_rewind_and_restart_are_effects(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """inject puts a recorded message in the worker's inbox; rewind takes the worker back to
+    before step k (its next request is the recorded one plus the note); restart discards its
+    scope and starts it over from scratch."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    server.script("w", by_step([call("write_file", path="a.txt", content="a\n"),
+                                call("write_file", path="b.txt", content="b\n"),
+                                call("finish", summary="ok")]))
+    server.script("sup", [Reply("unused")])
+    pw = OpenAIProvider("w", base_url=server.base_url)
+    ps = OpenAIProvider("sup", base_url=server.base_url)
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        w = CodingAgent(coord, await coord.root.fork("w"), ModelCaller(coord, pw), "t")
+        async with LLMSupervisor(coord, ModelCaller(coord, ps), [w]) as sup:
+            assert (await w.run()).status == "finished"
+            step2 = server.requests[1].json()["messages"]
+            assert await sup.rewind("w", 2) == "w rewound to before step 2"
+            assert await sup.inject("w", "Check b.txt twice.") == "note sent to w"
+            assert not (w.scope.path / "b.txt").exists()
+            assert (await w.run()).status == "finished"
+            again = server.requests[3].json()["messages"]
+            assert again[:-1] == step2
+            assert again[-1] == {"role": "user", "content": "Message from supervisor: "
+                                 "Check b.txt twice."}
+            assert await sup.restart("w") == "w restarted from scratch"
+            assert not (w.scope.path / "a.txt").exists()
+            result = await w.run()
+            assert result.status == "finished" and result.steps == 3
+            kinds = [e.intent.action for e in sup.actions]  # type: ignore[union-attr]
+            assert kinds == ["rewind", "inject", "discard"]
+            sup_log = coord.log(sup.scope)  # type: ignore[arg-type]
+            assert [e.kind for e in sup_log[1:]] == ["decision", "decision", "message",
+                                                     "decision"]
+            archived = coord.trace.refs("refs/corral/archive/w-")
+            assert archived
+    for p in (pw, ps):
+        await p.aclose()

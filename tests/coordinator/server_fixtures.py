@@ -1,0 +1,40 @@
+"""Shared helpers for the server tests: a real server on 127.0.0.1 and clients."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from coordinator import ServerConfig, make_app
+from coordinator._hub import HUB, Hub
+from coordinator.client import CorralClient
+
+ADMIN = "a.test-admin-token"
+
+
+@dataclass
+class Served:
+    app: web.Application
+    server: TestServer
+    client: CorralClient
+    url: str
+
+    @property
+    def hub(self) -> Hub:
+        return self.app[HUB]
+
+
+@asynccontextmanager
+async def serve(state: Path, repo: Path | None, **config: object) -> AsyncIterator[Served]:
+    """A real server (aiohttp TestServer on 127.0.0.1, a free port) and an admin client."""
+    config.setdefault("admin_token", ADMIN)
+    app = make_app(ServerConfig(state=state, repo=repo, **config))  # type: ignore[arg-type]
+    async with TestServer(app, host="127.0.0.1", port=0) as server:
+        url = str(server.make_url("")).rstrip("/")
+        async with CorralClient(url, ADMIN) as client:
+            yield Served(app, server, client, url)

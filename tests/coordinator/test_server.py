@@ -1,0 +1,255 @@
+"""The HTTP API end to end: a real server on 127.0.0.1, the real client."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from coordinator import (
+    Forbidden,
+    NotFound,
+    PatchError,
+    PathError,
+    RewindError,
+    ScopeExists,
+    UnknownScope,
+)
+from coordinator._openapi import openapi
+from coordinator._routes import ROUTES
+from coordinator.client import ClientError
+
+from .server_fixtures import serve
+
+
+@pytest.fixture
+async def srv(tmp_path, sample_repo):
+    async with serve(tmp_path / "state", sample_repo) as s:
+        yield s
+
+
+async def test_fork_write_read_log_round_trip(srv):
+    """A scope forked over HTTP gets a token that writes, reads and logs its own scope."""
+    c = srv.client
+    fork = await c.fork("root", "alice")
+    assert fork.scope.parent == "root" and fork.token.startswith("s.alice.")
+    alice = c.with_token(fork.token)
+    r = await alice.write("alice", "src/new.py", b"\x00binary\xff")
+    assert r.ok and r.commit and r.effect.id == "alice#1"
+    assert await alice.read("alice", "src/new.py") == b"\x00binary\xff"
+    assert "new.py" in await alice.listdir("alice", "src")
+    p = await alice.patch("alice", "src/app.py", "@@ -1 +1 @@\n-line 1\n+LINE 1\n")
+    assert p.ok
+    assert (await alice.read("alice", "src/app.py")).startswith(b"LINE 1\n")
+    d = await alice.delete("alice", "docs/guide.md")
+    assert d.ok
+    log = await alice.log("alice")
+    assert [e.effect.kind for e in log.entries if e.effect] == [
+        "scope.fork", "fs.write", "fs.patch", "fs.delete"]
+    shown = await alice.show(r.commit)
+    assert shown.effect is not None and shown.effect.id == "alice#1"
+    assert [s.name for s in await alice.scopes()] == ["alice"]
+
+
+async def test_conflict_guard_blocks_a_conflicting_write_over_http(srv):
+    """Under the guard, the second conflicting write is blocked with a reason naming the owner."""
+    c = srv.client
+    await c.fork("root", "a")
+    await c.fork("root", "b")
+    assert (await c.write("a", "src/util.py", b"def helper():\n    return 2\n")).ok
+    r = await c.write("b", "src/util.py", b"def helper():\n    return 3\n")
+    assert not r.ok and r.status == "blocked" and r.verdict == "block"
+    assert "scope a" in r.reason and "src/util.py" in r.reason
+
+
+async def test_exec_merge_rewind_discard(tmp_path, sample_repo):
+    """exec returns its output; merge reports conflicts as data; rewind and discard work."""
+    async with serve(tmp_path / "state", sample_repo, guard=False) as srv:
+        await _exec_merge_rewind_discard(srv)
+
+
+async def _exec_merge_rewind_discard(srv):
+    c = srv.client
+    await c.fork("root", "a")
+    await c.fork("root", "b")
+    e = await c.exec("a", ["sh", "-c", "echo out; echo made > made.txt"])
+    assert e.ok and e.returncode == 0
+    import base64
+    assert base64.b64decode(e.stdout_b64 or "") == b"out\n"
+    await c.write("a", "src/util.py", b"def helper():\n    return 2\n")
+    await c.write("b", "src/util.py", b"def helper():\n    return 3\n")
+    dry = await c.merge("root", "a", dry_run=True)
+    assert dry.ok and dry.dry_run and dry.commit is None
+    assert (await c.merge("root", "a")).commit
+    conflicted = await c.merge("root", "b")
+    assert not conflicted.ok and conflicted.conflicts[0].path == "src/util.py"
+    assert conflicted.conflicts[0].hunks
+    assert (await c.merge("root", "b", strategy="theirs")).ok
+    r = await c.rewind("b", steps=1)
+    assert r.ok
+    kinds = [e.effect.kind for e in (await c.log("b")).entries if e.effect]
+    assert kinds == ["scope.fork", "scope.rewind"]
+    # the admin's rewind was preceded by its control record (a `decision` effect),
+    # now on the archived head; the rewind names it as its cause
+    control = await c.show(r.effect.intent.head)
+    assert control.effect.kind == "decision" and control.effect.intent.action == "rewind"
+    assert r.effect.cause == control.effect.id
+    assert await c.read("b", "src/util.py") == b"def helper():\n    return 1\n"
+    assert (await c.discard("b")).ok
+    with pytest.raises(UnknownScope):
+        await c.scope("b")
+
+
+async def test_scope_tokens_act_only_on_their_subtree(srv):
+    """A scope token acts on its scope and its forks; elsewhere 403; no token 401."""
+    c = srv.client
+    a = c.with_token((await c.fork("root", "a")).token)
+    await c.fork("root", "b")
+    child = await a.fork("a", "a1")
+    assert (await a.write("a1", "x.txt", b"x")).ok
+    assert (await c.with_token(child.token).write("a1", "y.txt", b"y")).ok
+    with pytest.raises(Forbidden):
+        await c.with_token(child.token).write("a", "x.txt", b"x")
+    with pytest.raises(Forbidden):
+        await a.write("b", "x.txt", b"x")
+    with pytest.raises(Forbidden):
+        await a.read("root", "README.md")
+    with pytest.raises(Forbidden):
+        await a.merge("a", "b")
+    with pytest.raises(Forbidden):
+        await a.gate_pending()
+    with pytest.raises(Forbidden):
+        await a.inject("a", "hi")
+    from coordinator import AuthError
+    with pytest.raises(AuthError):
+        await c.with_token("s.a.0000").write("a", "x.txt", b"x")
+    with pytest.raises(AuthError):
+        await c.with_token("").scopes()
+    assert (await a.merge("a", "a1")).ok
+
+
+async def test_bad_input_is_a_clear_4xx_and_writes_nothing(srv, tmp_path):
+    """Malformed JSON, unknown fields, wrong types, escapes, unknown scopes: 4xx, no write."""
+    c = srv.client
+    await c.fork("root", "a")
+    head = (await c.scope("a")).head
+    url = srv.url + "/v1/scopes/a/write"
+    h = {"Authorization": "Bearer " + c.token}
+    async with aiohttp.ClientSession() as s:
+        for body, status, error in [
+            (b"{not json", 400, "MalformedJSON"),
+            (b'{"path": "x", "content_b64": "eA==", "extra": 1}', 422, "ValidationError"),
+            (b'{"path": 3, "content_b64": "eA=="}', 422, "ValidationError"),
+            (b'{"path": "x", "content_b64": "%%%"}', 422, "ValidationError"),
+            (b'{"path": "x", "content_b64": "eA==", "mode": 511}', 422, "ValidationError"),
+            (b"[]", 422, "ValidationError"),
+            (b'{"path": "../x", "content_b64": "eA=="}', 400, "PathError"),
+            (b'{"path": "/etc/passwd", "content_b64": "eA=="}', 400, "PathError"),
+            (b'{"path": ".git/config", "content_b64": "eA=="}', 400, "PathError"),
+            (b'{"path": "a\\u0000b", "content_b64": "eA=="}', 400, "PathError"),
+            (b'{"path": "' + b"n" * 300 + b'", "content_b64": "eA=="}', 422, "ValidationError"),
+        ]:
+            async with s.post(url, data=body, headers=h) as r:
+                payload = await r.json()
+                assert (r.status, payload.get("error")) == (status, error), (body, payload)
+                assert payload["detail"]
+        async with s.post(srv.url + "/v1/scopes/nope/write", headers=h,
+                          data=b'{"path": "x", "content_b64": "eA=="}') as r:
+            assert r.status == 404 and (await r.json())["error"] == "UnknownScope"
+        async with s.get(srv.url + "/v1/nothing-here", headers=h) as r:
+            assert r.status == 404 and (await r.json())["error"] == "NotFound"
+    # a symlink in the workspace that leads outside
+    (srv.hub.c.scope("a").path / "out").symlink_to(tmp_path)
+    with pytest.raises(PathError):
+        await c.write("a", "out/evil.txt", b"x")
+    assert not (tmp_path / "evil.txt").exists()
+    with pytest.raises(PathError):
+        await c.read("a", "out/../../x")
+    with pytest.raises(FileNotFoundError):
+        await c.read("a", "missing.txt")
+    with pytest.raises(PatchError):
+        await c.patch("a", "README.md", "@@ -1 +1 @@\n-nope\n+x\n")
+    with pytest.raises(RewindError):
+        await c.rewind("a", steps=99)
+    with pytest.raises(NotFound):
+        await c.rewind("a", "deadbeef")
+    with pytest.raises(NotFound):
+        await c.show("0" * 40)
+    with pytest.raises(ScopeExists):
+        await c.fork("root", "a")
+    with pytest.raises(ClientError) as e:
+        await c.fork("root", "bad name")
+    assert e.value.status == 422
+    with pytest.raises(ClientError) as e:
+        await c.discard("root")
+    assert e.value.status == 400
+    # a symlink was added directly by the test, so compare the trace: nothing written
+    assert (await c.scope("a")).head == head
+
+
+async def test_oversized_body_is_413(tmp_path, sample_repo):
+    """A body over --max-body is refused with 413 and writes nothing."""
+    async with serve(tmp_path / "state", sample_repo, max_body=1024) as srv:
+        await srv.client.fork("root", "a")
+        with pytest.raises(ClientError) as e:
+            await srv.client.write("a", "big.bin", b"x" * 4096)
+        assert e.value.status == 413
+        assert len((await srv.client.log("a")).entries) == 1
+
+
+async def test_every_route_is_documented_in_openapi(srv):
+    """Each route the app serves appears in /openapi.json with its method."""
+    doc = await srv.client.request("GET", "/openapi.json")
+    assert doc["openapi"].startswith("3.1")
+    served = {
+        (r.method.lower(), r.resource.canonical)
+        for r in srv.app.router.routes() if r.method != "HEAD" and r.resource is not None
+    }
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert served and served <= documented
+    assert doc == openapi(ROUTES)
+    write_op = doc["paths"]["/v1/scopes/{name}/write"]["post"]
+    ref = write_op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert schema["additionalProperties"] is False
+
+
+async def test_inject_and_handoff_are_recorded_as_decisions(srv):
+    """inject delivers a message into the inbox; handoff merges the source's work;
+    both are `decision` effects on the target's branch."""
+    c = srv.client
+    a = c.with_token((await c.fork("root", "a")).token)
+    await c.fork("root", "b")
+    await c.write("b", "b.txt", b"from b\n")
+    r = await c.inject("a", "look at b.txt")
+    assert r.ok and r.effect.kind == "decision"
+    msgs = await a.take_messages("a")
+    assert [m.text for m in msgs] == ["look at b.txt"]
+    assert await a.take_messages("a") == []
+    m = await c.handoff("a", "b", note="continue b's work")
+    assert m.ok and await a.read("a", "b.txt") == b"from b\n"
+    kinds = [e.effect.intent.action for e in (await c.log("a")).entries
+             if e.effect and e.effect.kind == "decision"]
+    assert kinds == ["inject", "handoff", "inject"]
+    assert [m.text for m in await a.take_messages("a")] == ["continue b's work"]
+    sent = await a.send("a", "b", "hello b")
+    assert sent.ok and [m.text for m in srv.hub.c.scope("b").take_messages()] == ["hello b"]
+
+
+async def test_metrics_expose_the_coordinator(srv):
+    """/metrics has effects, review latency, op latency, scopes, layer bytes and tokens."""
+    c = srv.client
+    await c.fork("root", "a")
+    await c.write("a", "x.txt", b"hello")
+    srv.hub.c.metrics.tokens(prompt=100, cached=80, completion=7)
+    text = await c.metrics()
+    for needle in [
+        'corral_effects_total{kind="fs.write",verdict="allow"} 1.0',
+        'corral_intent_review_seconds_count{kind="fs.write"} 1.0',
+        'corral_effect_seconds_count{kind="fs.write"} 1.0',
+        'corral_scope_operation_seconds_count{op="fork"} 1.0',
+        "corral_active_scopes 2.0",
+        'corral_layer_bytes{scope="a"}',
+        'corral_model_tokens_total{type="cached"} 80.0',
+        "corral_merge_conflicts_total 0.0",
+    ]:
+        assert needle in text, needle
