@@ -135,7 +135,7 @@ async def _phase(url: str, scopes: list[str], seconds: float, write: bool) -> di
 
 
 async def run_async(clients: Sequence[int], *, seconds: float = 3.0,
-                    backend: str | None = None) -> dict[str, Any]:
+                    backend: str | None = None, guard: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="corral-bench-server-") as tmp:
         repo = Path(tmp) / "repo"
         _make_repo(repo)
@@ -143,6 +143,8 @@ async def run_async(clients: Sequence[int], *, seconds: float = 3.0,
                 str(Path(tmp) / "state"), "--repo", str(repo), "--port", "0"]
         if backend:
             argv += ["--backend", backend]
+        if not guard:
+            argv.append("--no-guard")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "CORRAL_ADMIN_TOKEN": ADMIN})
         assert proc.stdout is not None
@@ -178,17 +180,18 @@ async def run_async(clients: Sequence[int], *, seconds: float = 3.0,
             await asyncio.to_thread(proc.wait, 30)
     return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "platform": platform.platform()},
-            "seconds": seconds, "targets": TARGETS, "rows": rows}
+            "seconds": seconds, "guard": guard, "targets": TARGETS, "rows": rows}
 
 
-def run(clients: Sequence[int], *, seconds: float = 3.0,
-        backend: str | None = None) -> dict[str, Any]:
+def run(clients: Sequence[int], *, seconds: float = 3.0, backend: str | None = None,
+        guard: bool = True) -> dict[str, Any]:
     """Measure each client count; returns the report (also what --json writes)."""
-    return asyncio.run(run_async(clients, seconds=seconds, backend=backend))
+    return asyncio.run(run_async(clients, seconds=seconds, backend=backend, guard=guard))
 
 
 def render(report: dict[str, Any]) -> Table:
-    t = Table(title=f"corral bench server ({report['seconds']:g}s per phase, "
+    guard = "conflict guard on" if report.get("guard", True) else "no guard"
+    t = Table(title=f"corral bench server ({report['seconds']:g}s per phase, {guard}, "
                     f"{report['machine']['cpus']} cpus)")
     for col in ("clients", "writes/s", "write p50", "write p99", "coord write mean",
                 "coord write p99", "reads/s", "read p50", "read p99", "coord read mean"):
@@ -214,10 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,4,16,64")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--backend", default=None)
+    parser.add_argument("--no-guard", dest="guard", action="store_false",
+                        help="serve without the conflict guard (to measure its share)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     report = run([int(c) for c in args.clients.split(",")], seconds=args.seconds,
-                 backend=args.backend)
+                 backend=args.backend, guard=args.guard)
     Console().print(render(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -272,6 +272,8 @@ def bench_server(
     clients: Annotated[str, typer.Option(help="Comma-separated concurrent client counts.")] = (
         "1,4,16,64"),
     seconds: Annotated[float, typer.Option(help="Duration of each measurement.")] = 3.0,
+    guard: Annotated[bool, typer.Option("--guard/--no-guard",
+                                        help="Serve with the conflict guard.")] = True,
     backend: BackendOpt = None,
     json_out: Annotated[
         Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
@@ -281,7 +283,7 @@ def bench_server(
     from bench import server as server_bench
 
     report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
-                              seconds=seconds, backend=backend)
+                              seconds=seconds, backend=backend, guard=guard)
     console.print(server_bench.render(report))
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
