@@ -16,6 +16,7 @@ from typing import Literal
 from ._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
 from ._merge import merge_file, parse_hunks
 from ._policy import View
+from ._trace import Trace
 
 __all__ = ["Claim", "ConflictGuard"]
 
@@ -37,6 +38,9 @@ class ConflictGuard:
     def __init__(self, mode: Literal["block", "defer"] = "block") -> None:
         self.mode = mode
         self.claims: list[Claim] = []
+        # scope -> (head, fork point, paths changed since the fork): the per-write
+        # check skips siblings that never touched the written file.
+        self._paths: dict[str, tuple[str, str, frozenset[str]]] = {}
 
     def claim(self, scope: str, path: str, lines: tuple[int, int] | None = None) -> Claim:
         c = Claim(scope, path, lines)
@@ -50,12 +54,6 @@ class ConflictGuard:
         changes = _writes(intent)
         if not changes:
             return None
-        coord = view._coord
-        siblings = [
-            s for s in coord.scopes.values()
-            if not s.discarded and s.name != view.scope and s.name != "root"
-        ]
-        me = coord.scope(view.scope)
         for change in changes:
             for c in self.claims:
                 if c.scope != view.scope and c.path == change.path:
@@ -63,12 +61,56 @@ class ConflictGuard:
                         where = f"lines {c.lines[0]}-{c.lines[1]} of " if c.lines else ""
                         return self._stop(f"{where}{change.path} are claimed by {c.scope}",
                                           c.scope)
-            for sib in siblings:
-                reason = await coord.io(_conflict, coord.trace, me.head, sib.head, sib.name,
-                                        change)
-                if reason:
-                    return self._stop(reason, sib.name)
+        coord = view._coord
+        siblings = [
+            (s.name, s.head, s.fork_point) for s in coord.scopes.values()
+            if not s.discarded and s.name != view.scope and s.name != "root"
+        ]
+        if not siblings:
+            return None
+        me = coord.scope(view.scope).head
+        found = await coord.io(self._check, coord.trace, me, siblings, changes)
+        return self._stop(*found) if found else None
+
+    def _check(
+        self,
+        trace: Trace,
+        me: str,
+        siblings: list[tuple[str, str, str]],
+        changes: list[FileChange],
+    ) -> tuple[str, str] | None:
+        """The first (reason, owner) conflict of `changes` with a sibling. Only
+        siblings that changed one of the paths since their fork are merged."""
+        paths = {c.path for c in changes}
+        for name, head, fork_point in siblings:
+            touched = self._touched(trace, name, head, fork_point)
+            if touched.isdisjoint(paths):
+                continue
+            for change in changes:
+                if change.path in touched:
+                    reason = _conflict(trace, me, head, name, change)
+                    if reason:
+                        return reason, name
         return None
+
+    def _touched(self, trace: Trace, name: str, head: str, fork_point: str) -> frozenset[str]:
+        """Paths scope `name` changed since its fork, cached per head and extended
+        commit by commit (a stale extra path only costs a full check)."""
+        cached = self._paths.get(name)
+        if cached is not None and cached[0] == head:
+            return cached[2]
+        commit = trace.commit(head)
+        if cached is not None and cached[1] == fork_point and commit.parent_ids and (
+            str(commit.parent_ids[0]) == cached[0]
+        ):
+            parent_tree = str(commit.parents[0].tree_id)
+            paths = cached[2] | trace.diff_trees(parent_tree, str(commit.tree_id)).keys()
+        else:
+            paths = frozenset(
+                trace.diff_trees(str(trace.commit(fork_point).tree_id), str(commit.tree_id))
+            )
+        self._paths[name] = (head, fork_point, frozenset(paths))
+        return self._paths[name][2]
 
     def _stop(self, reason: str, owner: str) -> Decision:
         if self.mode == "defer":
@@ -98,7 +140,8 @@ def _writes(intent: Intent) -> list[FileChange]:
     return []
 
 
-def _conflict(trace, ours_head: str, theirs_head: str, theirs: str, change: FileChange) -> str:  # type: ignore[no-untyped-def]
+def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
+              change: FileChange) -> str:
     """Why writing `change` would conflict with scope `theirs`, or ''."""
     base = trace.merge_base(ours_head, theirs_head)
     if base is None:
