@@ -2,6 +2,7 @@
 
 from ._auth import AuthError, Forbidden
 from ._coordinator import Coordinator
+from ._effect_path import Result
 from ._effects import (
     FORMAT_VERSION,
     Decision,
@@ -64,7 +65,7 @@ from ._policy import (
     rewrite,
 )
 from ._reviewers import ReviewerPool
-from ._scope import Result, Scope
+from ._scope import Scope
 from ._server import make_app, run_server
 from ._trace import Trace, TraceEntry
 

@@ -41,11 +41,12 @@ from ._api import (
     b64,
 )
 from ._auth import Forbidden, Principal, Tokens
+from ._effect_path import Result
 from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
 from ._policy import ScopeInfo
-from ._scope import Result, Scope
+from ._scope import Scope
 from ._streams import events, reviewers
 from ._trace import TraceEntry, TreeChanges
 

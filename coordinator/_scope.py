@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sandboxes import Change, Workspace, apply_changes
 
+from ._effect_path import EffectPath, InThread, Result, _Blocked
 from ._effects import (
     Decision,
     Effect,
@@ -27,19 +27,14 @@ from ._effects import (
     FsPatch,
     FsWrite,
     Intent,
-    MergeOutcome,
-    MergeStrategy,
     Message,
     NoOutcome,
     Outcome,
     ScopeDiscard,
     ScopeFork,
-    ScopeMerge,
-    ScopeRewind,
 )
 from ._errors import (
     CorralError,
-    MergeError,
     NotFound,
     PathError,
     RewindError,
@@ -48,71 +43,23 @@ from ._errors import (
     ScopeExists,
 )
 from ._events import Event
+from ._history import History
 from ._ignore import IgnoreRules
 from ._live import LiveWrites, attach_live
-from ._merge import MergeResult, Resolver, three_way
 from ._patch import apply_unified_diff
 from ._paths import check_path, resolve_in
-from ._policy import ScopeInfo, View
+from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 
 if TYPE_CHECKING:
     from ._coordinator import Coordinator
 
-__all__ = ["Result", "Scope"]
+__all__ = ["Scope"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """What became of one intent: its recorded effect and the trace commit."""
-
-    effect: Effect
-    commit: str | None
-
-    @property
-    def decision(self) -> Decision | None:
-        return self.effect.decision
-
-    @property
-    def ok(self) -> bool:
-        """True when the effect was materialized."""
-        return self.effect.status == "materialized"
-
-    @property
-    def blocked(self) -> bool:
-        return self.effect.status == "blocked"
-
-    @property
-    def reason(self) -> str:
-        """The supervisor's reason for a blocked intent ('' otherwise)."""
-        return self.effect.decision.reason if self.effect.decision else ""
-
-    @property
-    def outcome(self) -> Outcome | None:
-        return self.effect.outcome
-
-
-Act = Callable[[Intent], Awaitable[tuple[Outcome, TreeChanges]]]
-
-
-@dataclass(frozen=True, slots=True)
-class InThread:
-    """An act that blocks (files, git): it runs on an io thread in the same hop
-    as the commit that records it, so a write costs one thread hop, not two."""
-
-    fn: Callable[[Intent], tuple[Outcome, TreeChanges]]
-
-
-class _Blocked(Exception):
-    """Raised inside an act when a second review (an exec's outcome) blocks."""
-
-    def __init__(self, decision: Decision, outcome: Outcome, intent: Intent) -> None:
-        self.decision, self.outcome, self.intent = decision, outcome, intent
-
-
-class Scope:
+class Scope(EffectPath, History):
     """One agent's scope. Create scopes with `Scope.fork`, never directly."""
 
     def __init__(
@@ -158,131 +105,6 @@ class Scope:
             raise ScopeDiscarded(f"scope {self.name!r} was discarded")
 
     # -- the one path -------------------------------------------------------------
-
-    async def perform(
-        self, intent: Intent, act: Act | InThread, *, cause: str | None = None
-    ) -> Result:
-        """Propose `intent`, let the policy chain decide, and if allowed run `act`
-        (which carries it out and returns the outcome and tree changes), commit,
-        and return. A blocked intent returns a Result whose `reason` says why."""
-        async with self._lock:
-            return await self._perform(intent, act, cause=cause)
-
-    async def _perform(
-        self,
-        intent: Intent,
-        act: Act | InThread,
-        *,
-        cause: str | None = None,
-        parents: Sequence[str] | None = None,
-        tree: str | None = None,
-    ) -> Result:
-        self._check_live()
-        coord = self._coord
-        pending = Effect(
-            id=f"{self.name}#{self._seq}",
-            scope=self.name,
-            seq=self._seq,
-            parent=self.head,
-            cause=cause,
-            status="pending",
-            intent=intent,
-        )
-        self._seq += 1
-        coord._pending[pending.id] = pending
-        coord.events.publish(Event("intent", pending))
-        try:
-            decision = await self._decide(pending, intent)
-            if not decision.allowed:
-                return await self._record(
-                    pending.model_copy(update={"status": "blocked", "decision": decision})
-                )
-            todo = decision.rewritten if decision.verdict == "rewrite" else intent
-            assert todo is not None
-            try:
-                if isinstance(act, InThread):
-                    return await self._act_and_record(pending, decision, todo, act, parents, tree)
-                outcome, changes = await act(todo)
-            except _Blocked as b:
-                return await self._record(
-                    pending.model_copy(
-                        update={
-                            "status": "blocked",
-                            "decision": b.decision,
-                            "outcome": b.outcome,
-                            "intent": b.intent,
-                        }
-                    )
-                )
-            except CorralError as e:
-                await self._record(
-                    pending.model_copy(
-                        update={"status": "failed", "decision": decision, "error": str(e)}
-                    )
-                )
-                raise
-            effect = pending.model_copy(
-                update={"status": "materialized", "decision": decision, "outcome": outcome}
-            )
-            return await self._record(effect, changes, parents=parents, tree=tree)
-        finally:
-            coord._pending.pop(pending.id, None)
-
-    async def _decide(self, pending: Effect, intent: Intent) -> Decision:
-        coord = self._coord
-        decision = await coord.chain.decide(intent, View(coord, pending))
-        coord.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
-        coord.metrics.decision(intent.kind, decision.verdict)
-        return decision
-
-    async def _act_and_record(
-        self,
-        pending: Effect,
-        decision: Decision,
-        todo: Intent,
-        act: InThread,
-        parents: Sequence[str] | None,
-        tree: str | None,
-    ) -> Result:
-        trace = self._coord.trace
-        head = self.head
-
-        def work() -> tuple[Effect, str]:
-            outcome, changes = act.fn(todo)
-            effect = pending.model_copy(
-                update={"status": "materialized", "decision": decision, "outcome": outcome}
-            )
-            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes)
-            return effect, trace.commit_effect(
-                effect, t, parents if parents is not None else [head]
-            )
-
-        effect, sha = await self._coord.io(work)
-        self.head = sha
-        self._coord.events.publish(Event("effect", effect, sha))
-        return Result(effect, sha)
-
-    async def _record(
-        self,
-        effect: Effect,
-        changes: TreeChanges | None = None,
-        *,
-        parents: Sequence[str] | None = None,
-        tree: str | None = None,
-    ) -> Result:
-        trace = self._coord.trace
-        head = self.head
-
-        def commit() -> str:
-            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes or {})
-            return trace.commit_effect(effect, t, parents if parents is not None else [head])
-
-        sha = await self._coord.io(commit)
-        self.head = sha
-        self._coord.events.publish(Event("effect", effect, sha))
-        return Result(effect, sha)
-
-    # -- reading ------------------------------------------------------------------
 
     async def read(self, path: str) -> bytes:
         """The current content of `path` in the workspace.
@@ -550,175 +372,6 @@ class Scope:
                 coord.events.publish(Event("effect", effect, sha))
                 coord.metrics.scope_count(coord)
                 return child
-
-    async def rewind(
-        self, to: str | None = None, *, steps: int | None = None, cause: str | None = None
-    ) -> Result:
-        """Move this scope back to an earlier commit of its branch: the workspace
-        becomes exactly that commit's tree. Give `to` (a commit id) or `steps`
-        (effects back along the branch).
-
-        Raises RewindError for a target before the fork point or off the branch,
-        NotFound for an unknown commit.
-        """
-        if (to is None) == (steps is None):
-            raise RewindError("give exactly one of `to` or `steps`")
-        if steps is not None and steps < 0:
-            raise RewindError("steps must be >= 0")
-        coord = self._coord
-        trace = coord.trace
-        async with self._lock:
-            self._check_live()
-            head = self.head
-
-            def plan() -> tuple[str, str, str]:
-                target = self._rewind_target(to, steps)
-                archive = self._unique_ref(f"{ARCHIVE_PREFIX}{self.name}/rewound-")
-                return target, archive, str(trace.commit(target).tree_id)
-
-            target, archive, tree = await coord.io(plan)
-            intent = ScopeRewind(to=target, head=head)
-
-            def act(_: Intent) -> tuple[Outcome, TreeChanges]:
-                with coord.metrics.timed("rewind"):
-                    self._rewind_workspace(head, target)
-                    trace.set_ref(archive, head)
-                return NoOutcome(), {}
-
-            return await self._perform(
-                intent, InThread(act), cause=cause, parents=[target], tree=tree
-            )
-
-    def _rewind_target(self, to: str | None, steps: int | None) -> str:
-        trace = self._coord.trace
-        line = trace.first_parents(self.head, self.fork_point)  # newest first
-        if steps is not None:
-            if steps >= len(line):
-                raise RewindError(
-                    f"cannot rewind {steps} steps: scope {self.name!r} has only "
-                    f"{len(line) - 1} effects since its fork point"
-                )
-            return line[steps]
-        assert to is not None
-        commit = str(trace.commit(to).id)
-        if commit not in line:
-            if trace.is_ancestor(commit, self.fork_point):
-                raise RewindError(f"{to!r} is before the fork point of scope {self.name!r}")
-            raise RewindError(f"{to!r} is not on the branch of scope {self.name!r}")
-        return commit
-
-    def _rewind_workspace(self, head: str, target: str) -> None:
-        """Make the workspace equal tree(target): apply the tree diff, and drop
-        ignored files written by the effects being rewound."""
-        trace = self._coord.trace
-        old_tree = str(trace.commit(head).tree_id)
-        new_tree = str(trace.commit(target).tree_id)
-        changes = trace.diff_trees(old_tree, new_tree)
-        dropped: set[str] = set()
-        for entry in trace.walk(head):
-            if entry.commit == target:
-                break
-            out = entry.effect.outcome if entry.effect else None
-            if isinstance(out, FsOutcome | ExecOutcome):
-                dropped.update(out.ignored)
-        self._apply_tree_changes(changes, extra_deletes=dropped)
-
-    def _apply_tree_changes(
-        self, changes: TreeChanges, extra_deletes: set[str] | frozenset[str] = frozenset()
-    ) -> None:
-        trace = self._coord.trace
-        todo = [
-            Change(p, trace.blob(v[0]) if v else None, v[1] if v else 0o100644)
-            for p, v in changes.items()
-        ]
-        for p in sorted(extra_deletes - set(changes)):
-            if (self.workspace.backing / p).exists() or (self.workspace.backing / p).is_symlink():
-                todo.append(Change(p, None))
-        apply_changes(self.workspace.backing, todo)
-
-    def _unique_ref(self, prefix: str) -> str:
-        # Probe names one by one: listing every ref grows with the trace's history.
-        refs = self._coord.trace.repo.references
-        n = self._seq
-        while refs.get(f"{prefix}{n}") is not None:
-            n += 1
-        return f"{prefix}{n}"
-
-    async def merge(
-        self,
-        other: Scope | str,
-        *,
-        strategy: MergeStrategy = "fail",
-        dry_run: bool = False,
-        resolver: Resolver | None = None,
-        cause: str | None = None,
-    ) -> MergeResult:
-        """Three-way merge of `other`'s branch into this scope (merge base = their
-        real merge base, usually the fork point), committed with two parents.
-
-        Returns a MergeResult. With strategy "fail" and conflicts, nothing is
-        merged and `.conflicts` says where, with each side's writing effect.
-        `dry_run` computes the same result and writes nothing. Raises
-        ScopeDiscarded when either scope is discarded.
-        """
-        coord = self._coord
-        trace = coord.trace
-        theirs = coord.scope(other) if isinstance(other, str) else other
-        if theirs.discarded:
-            raise ScopeDiscarded(f"cannot merge discarded scope {theirs.name!r}")
-        if theirs is self:
-            raise MergeError("cannot merge a scope into itself")
-        if strategy not in ("fail", "ours", "theirs", "union"):
-            raise MergeError(f"unknown merge strategy {strategy!r}")
-        async with self._lock:
-            self._check_live()
-            ours_head, theirs_head = self.head, theirs.head
-            base = await coord.io(trace.merge_base, ours_head, theirs_head)
-            if base is None:
-                raise MergeError(f"{self.name!r} and {theirs.name!r} share no history")
-            with coord.metrics.timed("merge"):
-                result = await coord.io(
-                    three_way, trace, base, ours_head, theirs_head, strategy, resolver
-                )
-            coord.metrics.conflicts(len(result.conflicts))
-            if dry_run:
-                return MergeResult(
-                    result.base, result.tree, result.conflicts, result.changes, None, True
-                )
-            conflicts = tuple(c.path for c in result.conflicts)
-            intent = ScopeMerge(other=theirs.name, other_head=theirs_head, strategy=strategy)
-            if result.tree is None:
-                failed = Effect(
-                    id=f"{self.name}#{self._seq}",
-                    scope=self.name,
-                    seq=self._seq,
-                    parent=self.head,
-                    cause=cause,
-                    status="failed",
-                    intent=intent,
-                    outcome=MergeOutcome(base=base, conflicts=conflicts),
-                    error=f"{len(conflicts)} conflicting path(s): {', '.join(conflicts)}",
-                )
-                self._seq += 1
-                await self._record(failed)
-                return result
-            file_changes = tuple(
-                FileChange(path=p, blob=v[0] if v else None, mode=v[1] if v else 0o100644)
-                for p, v in sorted(result.changes.items())
-            )
-
-            async def act(_: Intent) -> tuple[Outcome, TreeChanges]:
-                await coord.io(self._apply_tree_changes, result.changes)
-                return MergeOutcome(base=base, conflicts=conflicts, changes=file_changes), {}
-
-            done = await self._perform(
-                intent, act, cause=cause, parents=[ours_head, theirs_head], tree=result.tree
-            )
-            if not done.ok:
-                return MergeResult(result.base, None, result.conflicts, result.changes)
-            return MergeResult(
-                result.base, result.tree, result.conflicts, result.changes, done.commit
-            )
 
     async def discard(self, *, cause: str | None = None) -> Result | None:
         """Archive this scope's branch (history kept under refs/corral/archive/)

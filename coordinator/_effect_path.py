@@ -1,0 +1,220 @@
+"""The one path every effect takes: propose, decide, materialize, commit, answer.
+
+The intent is published to observers, the policy chain decides, the act
+carries it out, the trace records it and the ref moves, and only then does
+the caller get its Result. A scope's effects are serialized by its lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._effects import (
+    Decision,
+    Effect,
+    Intent,
+    Outcome,
+)
+from ._errors import (
+    CorralError,
+)
+from ._events import Event
+from ._policy import View
+from ._trace import TreeChanges
+
+if TYPE_CHECKING:
+    from ._coordinator import Coordinator
+
+
+__all__ = ["Act", "EffectPath", "InThread", "Result"]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What became of one intent: its recorded effect and the trace commit."""
+
+    effect: Effect
+    commit: str | None
+
+    @property
+    def decision(self) -> Decision | None:
+        return self.effect.decision
+
+    @property
+    def ok(self) -> bool:
+        """True when the effect was materialized."""
+        return self.effect.status == "materialized"
+
+    @property
+    def blocked(self) -> bool:
+        return self.effect.status == "blocked"
+
+    @property
+    def reason(self) -> str:
+        """The supervisor's reason for a blocked intent ('' otherwise)."""
+        return self.effect.decision.reason if self.effect.decision else ""
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.effect.outcome
+
+
+Act = Callable[[Intent], Awaitable[tuple[Outcome, TreeChanges]]]
+
+
+@dataclass(frozen=True, slots=True)
+class InThread:
+    """An act that blocks (files, git): it runs on an io thread in the same hop
+    as the commit that records it, so a write costs one thread hop, not two."""
+
+    fn: Callable[[Intent], tuple[Outcome, TreeChanges]]
+
+
+class _Blocked(Exception):
+    """Raised inside an act when a second review (an exec's outcome) blocks."""
+
+    def __init__(self, decision: Decision, outcome: Outcome, intent: Intent) -> None:
+        self.decision, self.outcome, self.intent = decision, outcome, intent
+
+
+class EffectPath:
+    """The effect path of a Scope (a mixin: Scope provides the state)."""
+
+    # Provided by Scope: the state the one path works on.
+    _coord: Coordinator
+    _lock: asyncio.Lock
+    _seq: int
+    name: str
+    head: str
+
+    if TYPE_CHECKING:
+
+        def _check_live(self) -> None: ...
+
+    async def perform(
+        self, intent: Intent, act: Act | InThread, *, cause: str | None = None
+    ) -> Result:
+        """Propose `intent`, let the policy chain decide, and if allowed run `act`
+        (which carries it out and returns the outcome and tree changes), commit,
+        and return. A blocked intent returns a Result whose `reason` says why."""
+        async with self._lock:
+            return await self._perform(intent, act, cause=cause)
+
+    async def _perform(
+        self,
+        intent: Intent,
+        act: Act | InThread,
+        *,
+        cause: str | None = None,
+        parents: Sequence[str] | None = None,
+        tree: str | None = None,
+    ) -> Result:
+        self._check_live()
+        coord = self._coord
+        pending = Effect(
+            id=f"{self.name}#{self._seq}",
+            scope=self.name,
+            seq=self._seq,
+            parent=self.head,
+            cause=cause,
+            status="pending",
+            intent=intent,
+        )
+        self._seq += 1
+        coord._pending[pending.id] = pending
+        coord.events.publish(Event("intent", pending))
+        try:
+            decision = await self._decide(pending, intent)
+            if not decision.allowed:
+                return await self._record(
+                    pending.model_copy(update={"status": "blocked", "decision": decision})
+                )
+            todo = decision.rewritten if decision.verdict == "rewrite" else intent
+            assert todo is not None
+            try:
+                if isinstance(act, InThread):
+                    return await self._act_and_record(pending, decision, todo, act, parents, tree)
+                outcome, changes = await act(todo)
+            except _Blocked as b:
+                return await self._record(
+                    pending.model_copy(
+                        update={
+                            "status": "blocked",
+                            "decision": b.decision,
+                            "outcome": b.outcome,
+                            "intent": b.intent,
+                        }
+                    )
+                )
+            except CorralError as e:
+                await self._record(
+                    pending.model_copy(
+                        update={"status": "failed", "decision": decision, "error": str(e)}
+                    )
+                )
+                raise
+            effect = pending.model_copy(
+                update={"status": "materialized", "decision": decision, "outcome": outcome}
+            )
+            return await self._record(effect, changes, parents=parents, tree=tree)
+        finally:
+            coord._pending.pop(pending.id, None)
+
+    async def _decide(self, pending: Effect, intent: Intent) -> Decision:
+        coord = self._coord
+        decision = await coord.chain.decide(intent, View(coord, pending))
+        coord.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
+        coord.metrics.decision(intent.kind, decision.verdict)
+        return decision
+
+    async def _act_and_record(
+        self,
+        pending: Effect,
+        decision: Decision,
+        todo: Intent,
+        act: InThread,
+        parents: Sequence[str] | None,
+        tree: str | None,
+    ) -> Result:
+        trace = self._coord.trace
+        head = self.head
+
+        def work() -> tuple[Effect, str]:
+            outcome, changes = act.fn(todo)
+            effect = pending.model_copy(
+                update={"status": "materialized", "decision": decision, "outcome": outcome}
+            )
+            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes)
+            return effect, trace.commit_effect(
+                effect, t, parents if parents is not None else [head]
+            )
+
+        effect, sha = await self._coord.io(work)
+        self.head = sha
+        self._coord.events.publish(Event("effect", effect, sha))
+        return Result(effect, sha)
+
+    async def _record(
+        self,
+        effect: Effect,
+        changes: TreeChanges | None = None,
+        *,
+        parents: Sequence[str] | None = None,
+        tree: str | None = None,
+    ) -> Result:
+        trace = self._coord.trace
+        head = self.head
+
+        def commit() -> str:
+            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes or {})
+            return trace.commit_effect(effect, t, parents if parents is not None else [head])
+
+        sha = await self._coord.io(commit)
+        self.head = sha
+        self._coord.events.publish(Event("effect", effect, sha))
+        return Result(effect, sha)
+
+    # -- reading ------------------------------------------------------------------
