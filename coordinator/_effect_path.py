@@ -71,6 +71,10 @@ class InThread:
     as the commit that records it, so a write costs one thread hop, not two."""
 
     fn: Callable[[Intent], tuple[Outcome, TreeChanges]]
+    ref: str | None = None
+    """Where the commit goes (default: the scope's ref)."""
+    after: Callable[[str], None] | None = None
+    """Run with the new commit, in the same hop, once it is durable."""
 
 
 class _Blocked(Exception):
@@ -188,9 +192,12 @@ class EffectPath:
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
             t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes)
-            return effect, trace.commit_effect(
-                effect, t, parents if parents is not None else [head]
+            sha = trace.commit_effect(
+                effect, t, parents if parents is not None else [head], ref=act.ref
             )
+            if act.after is not None:
+                act.after(sha)
+            return effect, sha
 
         effect, sha = await self._coord.io(work)
         self.head = sha

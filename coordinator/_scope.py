@@ -382,22 +382,22 @@ class Scope(EffectPath, History):
         async with self._lock:
             if self.discarded:
                 return None
-            archive = await coord.io(self._unique_ref, f"{ARCHIVE_PREFIX}{self.name}-")
+            # A ref lookup per probe (microseconds): no thread hop for it.
+            archive = self._unique_ref(f"{ARCHIVE_PREFIX}{self.name}-")
             intent = ScopeDiscard(archive=archive)
             ref = SCOPE_PREFIX + self.name
 
-            result = await self._perform(intent, InThread(lambda _: (NoOutcome(), {})), cause=cause)
-            if not result.ok:
-                return result
-            self.discarded = True
-
-            def release() -> None:
-                trace = coord.trace
-                trace.set_ref(archive, self.head)
-                trace.delete_ref(ref)
+            def release(commit: str) -> None:
+                # The discard commit is already durable on the archive ref: only
+                # now may the scope ref go, then the workspace.
+                coord.trace.delete_ref(ref)
                 with coord.metrics.timed("discard"):
                     self.workspace.discard()
 
-            await coord.io(release)
+            act = InThread(lambda _: (NoOutcome(), {}), ref=archive, after=release)
+            result = await self._perform(intent, act, cause=cause)
+            if not result.ok:
+                return result
+            self.discarded = True
             coord.metrics.scope_count(coord)
             return result
