@@ -243,6 +243,9 @@ async def _bench_size(
                 Coordinator.open(state, repo=repo, backend=backend)
             )
             setup = time.perf_counter() - t
+            # Flush the base layer's writeback (hundreds of MB just extracted) so
+            # that it does not stall the small writes measured next.
+            await asyncio.to_thread(os.sync)
             size = _Size(coord, spec, runs, tick)
             steps = [size.fork, size.discard, size.write, size.rewind, size.merge, size.exec]
             for step in steps:

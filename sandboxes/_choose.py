@@ -27,8 +27,9 @@ OPT_IN = frozenset({FuseBackend.name})
 a trip through Python, worth it only for live interception."""
 
 
-def choose_backend(root: Path, prefer: str | None = None) -> Backend:
+def choose_backend(root: Path, prefer: str | None = None, *, tmpfs: bool = False) -> Backend:
     """A backend owning `root`: `prefer` when given, else the first that works here.
+    `tmpfs` puts the overlay backend's writable layers in memory (see OverlayBackend).
 
     Raises BackendUnavailable (with the reason) when `prefer` cannot run here,
     and KeyError for an unknown name. Falling back from overlay to copy logs
@@ -39,7 +40,7 @@ def choose_backend(root: Path, prefer: str | None = None) -> Backend:
         reason = cls.unavailable_reason()
         if reason is not None:
             raise BackendUnavailable(prefer, reason)
-        return cls(root)
+        return _make(cls, root, tmpfs)
     skipped: list[str] = []
     for name, cls in backends.items():
         if name in OPT_IN:
@@ -50,6 +51,12 @@ def choose_backend(root: Path, prefer: str | None = None) -> Backend:
                 message = f"sandbox backend {name!r} in use: {'; '.join(skipped)}"
                 log.warning(message)
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
-            return cls(root)
+            return _make(cls, root, tmpfs)
         skipped.append(f"{name!r} unavailable ({reason})")
     raise BackendUnavailable("any", "; ".join(skipped))
+
+
+def _make(cls: type[Backend], root: Path, tmpfs: bool) -> Backend:
+    if cls is OverlayBackend:
+        return OverlayBackend(root, tmpfs=tmpfs)
+    return cls(root)
