@@ -242,3 +242,32 @@ async def test_reopen_rebuilds_workspaces(tmp_path: Path, sample_repo: Path, bac
         assert coord.trace.commit(a.head).parents[0].id == coord.trace.commit(a.fork_point).id
         with pytest.raises(RewindError):
             await a.rewind(steps=2)  # the rewind commit, then past the fork point
+
+
+@pytest.mark.parametrize("layers", ["memory", "disk"])
+async def test_layers_in_memory_or_on_disk(tmp_path, sample_repo, monkeypatch, layers):
+    """CORRAL_LAYERS picks where writable layers live; scopes behave the same."""
+    import sandboxes
+
+    if sandboxes.OverlayBackend.unavailable_reason():
+        pytest.skip(f"overlay unavailable: {sandboxes.OverlayBackend.unavailable_reason()}")
+    monkeypatch.setenv("CORRAL_LAYERS", layers)
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend="overlay") as coord:
+        a = await coord.root.fork("a")
+        await a.write("x.txt", b"x")
+        b = await a.fork("b")
+        assert await b.read("x.txt") == b"x"
+        on_tmpfs = any(
+            line.split()[4].startswith(str(tmp_path)) and " - tmpfs " in line
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        )
+        assert on_tmpfs == (layers == "memory")
+
+
+async def test_bad_layers_setting_is_refused(tmp_path, sample_repo, monkeypatch):
+    from coordinator import StateError
+
+    monkeypatch.setenv("CORRAL_LAYERS", "ssd")
+    with pytest.raises(StateError, match="CORRAL_LAYERS"):
+        async with Coordinator.open(tmp_path / "s", sample_repo):
+            pass

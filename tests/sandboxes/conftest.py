@@ -43,18 +43,19 @@ def state_root(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-@pytest.fixture(params=["disk", "tmpfs"])
-def live_backend(
-    backend: str, state_root: Path, request: pytest.FixtureRequest
-) -> Iterator[Backend]:
-    """A backend of each kind (the shared `backend` fixture skips unavailable ones);
-    overlay also with its layers on tmpfs."""
-    if request.param == "tmpfs":
-        if backend != "overlay":
-            pytest.skip("only the overlay backend has a tmpfs option")
-        instance: Backend = sandboxes.OverlayBackend(state_root, tmpfs=True)
-    else:
-        instance = sandboxes.backends[backend](state_root)
+@pytest.fixture(params=["overlay", "overlay-tmpfs", "copy", "fuse"])
+def live_backend(state_root: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A backend of each kind, overlay also with its layers on tmpfs; skips
+    (with the reason) a backend that cannot run here."""
+    name, _, option = str(request.param).partition("-")
+    reason = sandboxes.backends[name].unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"backend {name} unavailable: {reason}")
+    instance: Backend = (
+        sandboxes.OverlayBackend(state_root, tmpfs=True)
+        if option == "tmpfs"
+        else sandboxes.backends[name](state_root)
+    )
     try:
         yield instance
     finally:
