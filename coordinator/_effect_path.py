@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._effects import (
     Decision,
@@ -118,16 +118,7 @@ class EffectPath:
     ) -> Result:
         self._check_live()
         coord = self._coord
-        pending = Effect(
-            id=f"{self.name}#{self._seq}",
-            scope=self.name,
-            seq=self._seq,
-            parent=self.head,
-            cause=cause,
-            status="pending",
-            intent=intent,
-        )
-        self._seq += 1
+        pending = self._next_effect(intent, cause=cause)
         coord._pending[pending.id] = pending
         coord.events.publish(Event("intent", pending))
         try:
@@ -166,6 +157,21 @@ class EffectPath:
             return await self._record(effect, changes, parents=parents, tree=tree)
         finally:
             coord._pending.pop(pending.id, None)
+
+    def _next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect:
+        """A pending effect record for `intent`, taking the scope's next seq."""
+        effect = Effect(
+            id=f"{self.name}#{self._seq}",
+            scope=self.name,
+            seq=self._seq,
+            parent=self.head,
+            cause=cause,
+            status=fields.pop("status", "pending"),
+            intent=intent,
+            **fields,
+        )
+        self._seq += 1
+        return effect
 
     async def _decide(self, pending: Effect, intent: Intent) -> Decision:
         coord = self._coord

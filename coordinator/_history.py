@@ -49,6 +49,8 @@ class History:
 
         def _check_live(self) -> None: ...
 
+        def _next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect: ...
+
         async def _perform(self, *args: Any, **kwargs: Any) -> Result: ...
 
         async def _record(self, *args: Any, **kwargs: Any) -> Result: ...
@@ -190,18 +192,13 @@ class History:
             conflicts = tuple(c.path for c in result.conflicts)
             intent = ScopeMerge(other=theirs.name, other_head=theirs_head, strategy=strategy)
             if result.tree is None:
-                failed = Effect(
-                    id=f"{self.name}#{self._seq}",
-                    scope=self.name,
-                    seq=self._seq,
-                    parent=self.head,
+                failed = self._next_effect(
+                    intent,
                     cause=cause,
                     status="failed",
-                    intent=intent,
                     outcome=MergeOutcome(base=base, conflicts=conflicts),
                     error=f"{len(conflicts)} conflicting path(s): {', '.join(conflicts)}",
                 )
-                self._seq += 1
                 await self._record(failed)
                 return result
             file_changes = tuple(

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from agents import CodingAgent, ModelCaller, step_commit
 from agents.model_server import Reply, ScriptedModelServer
 from agents.providers import AnthropicProvider, ModelRequest, OpenAIProvider, Provider
 from coordinator import ConflictGuard, Coordinator, ModelCall, ToolCall
-from tests.agents._helpers import CALC, NO_KEYS, by_step, call
+from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import make_repo
 
 MUL = CALC + "\n\ndef mul(a, b):\n    return a * b\n"
@@ -36,17 +35,6 @@ def _openai(server: ScriptedModelServer) -> Provider:
 def _anthropic(server: ScriptedModelServer) -> Provider:
     return AnthropicProvider("m", base_url=server.anthropic_base_url)
 
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in NO_KEYS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ScriptedModelServer]:
-    async with ScriptedModelServer() as running:
-        yield running
 
 
 @pytest.fixture

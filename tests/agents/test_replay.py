@@ -14,7 +14,7 @@ from agents import Changes, CodingAgent, ModelCaller, replay
 from agents.model_server import ScriptedModelServer
 from agents.providers import OpenAIProvider
 from coordinator import ConflictGuard, Coordinator, Effect, TraceEntry
-from tests.agents._helpers import CALC, NO_KEYS, by_step, call
+from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import make_repo
 
 SCRIPT = by_step([
@@ -27,17 +27,11 @@ SCRIPT = by_step([
 ])
 
 
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in NO_KEYS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ScriptedModelServer]:
-    async with ScriptedModelServer() as running:
-        running.script("m", SCRIPT)
-        yield running
+@pytest.fixture
+def server(server: ScriptedModelServer) -> ScriptedModelServer:
+    """The shared scripted server, playing SCRIPT as model "m"."""
+    server.script("m", SCRIPT)
+    return server
 
 
 @pytest_asyncio.fixture

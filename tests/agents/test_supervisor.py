@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
-import pytest_asyncio
 
 from agents import CodingAgent, LLMSupervisor, ModelCaller
 from agents.model_server import Reply, ScriptedModelServer, ToolCall
 from agents.providers import AnthropicProvider, OpenAIProvider
 from coordinator import ConflictGuard, Coordinator, SupervisorAction
-from tests.agents._helpers import CALC, NO_KEYS, by_step, call
+from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import make_repo
 
 MUL = "\n\ndef mul(a, b):\n    return a * b\n"
 POW = "\n\ndef power(a, b):\n    return a ** b\n"
 
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in NO_KEYS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest_asyncio.fixture
-async def server() -> AsyncIterator[ScriptedModelServer]:
-    async with ScriptedModelServer() as running:
-        yield running
 
 
 async def test_blocked_intent_handoff_and_clean_merge(
