@@ -255,12 +255,16 @@ def bench_substrate(
     json_out: Annotated[
         Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
     ] = None,
+    fuse: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option("--fuse/--no-fuse", help="Add the fuse rows (default: where fuse works)."),
+    ] = None,
 ) -> None:
     """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts."""
     from bench import substrate
 
     report = substrate.run([s.strip() for s in sizes.split(",") if s.strip()], runs=runs,
-                           backend=backend, cache=cache)
+                           backend=backend, cache=cache, fuse=fuse)
     console.print(substrate.render(report))
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
