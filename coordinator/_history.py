@@ -10,9 +10,7 @@ from sandboxes import Change, Workspace, apply_changes
 from ._effect_path import InThread, Result
 from ._effects import (
     Effect,
-    ExecOutcome,
     FileChange,
-    FsOutcome,
     Intent,
     MergeOutcome,
     MergeStrategy,
@@ -118,14 +116,7 @@ class History:
         old_tree = str(trace.commit(head).tree_id)
         new_tree = str(trace.commit(target).tree_id)
         changes = trace.diff_trees(old_tree, new_tree)
-        dropped: set[str] = set()
-        for entry in trace.walk(head):
-            if entry.commit == target:
-                break
-            out = entry.effect.outcome if entry.effect else None
-            if isinstance(out, FsOutcome | ExecOutcome):
-                dropped.update(out.ignored)
-        self._apply_tree_changes(changes, extra_deletes=dropped)
+        self._apply_tree_changes(changes, extra_deletes=trace.ignored_since(head, target))
 
     def _apply_tree_changes(
         self, changes: TreeChanges, extra_deletes: set[str] | frozenset[str] = frozenset()

@@ -317,6 +317,23 @@ class Trace:
                 return out
             commit = commit.parents[0]
 
+    def ignored_since(self, head: str, stop: str) -> set[str]:
+        """Ignored paths written by the effects after `stop` up to `head` (first
+        parents): what a rewind to `stop` must delete besides the tree diff.
+        Only records that list ignored paths are decoded."""
+        out: set[str] = set()
+        commit = self.commit(head)
+        stop_oid = pygit2.Oid(hex=stop)
+        while commit.id != stop_oid:
+            if '"ignored":["' in commit.message:
+                effect = self.entry_of(commit).effect
+                outcome = effect.outcome if effect is not None else None
+                out.update(getattr(outcome, "ignored", ()))
+            if not commit.parent_ids:
+                break
+            commit = commit.parents[0]
+        return out
+
     def log(self, head: object) -> list[TraceEntry]:
         """Effects on the first-parent line ending at `head` (a commit id, or a
         scope: its head), oldest first."""
