@@ -80,7 +80,9 @@ def test_run_merges_agents_into_a_branch_without_touching_the_tree(
     assert [a["status"] for a in report["agents"]] == ["finished", "finished"]
     assert all(a["steps"] == 2 and a["prompt_tokens"] > 0 for a in report["agents"])
     assert [m["outcome"] for m in report["merges"]] == ["merged", "merged"]
-    assert report["supervisor_actions"] == ["decision noop *", "decision noop *"]
+    # One round per batch of events: two finishes may land in one round or two.
+    actions = report["supervisor_actions"]
+    assert 1 <= len(actions) <= 2 and set(actions) == {"decision noop *"}
     branch = report["branch"]
     assert git(repo, "rev-parse", branch).strip() == report["commit"]
     assert git(repo, "show", f"{branch}:mul.py") == "def mul(a, b):\n    pass\n"
