@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from ._errors import PathError
@@ -33,19 +34,35 @@ def check_path(path: str) -> str:
 def resolve_in(root: Path, rel: str, *, follow_last: bool) -> Path:
     """The absolute path of `rel` under `root`, refusing symlinks that lead outside.
 
-    Parent directories are resolved through symlinks and must stay within
-    `root`; the last component is followed only if `follow_last` (reads).
-    Raises PathError on an escape.
+    For writes (`follow_last` False) no directory on the way may be a symlink,
+    as git refuses paths beyond a symbolic link: the file would land somewhere
+    other than the tree records, possibly outside the workspace. For reads,
+    symlinks are followed but must resolve inside `root`. Only the components
+    below `root` are looked at (an lstat each), so the check costs the path's
+    depth in the workspace, not in the filesystem. Raises PathError.
     """
     rel = check_path(rel)
-    real_root = os.path.realpath(root)
-    target = os.path.join(real_root, rel)
-    parent = os.path.realpath(os.path.dirname(target))
-    if parent != real_root and not parent.startswith(real_root + os.sep):
-        raise PathError(f"path {rel!r} resolves outside the workspace through a symlink")
-    final = os.path.join(parent, os.path.basename(target))
-    if follow_last and os.path.islink(final):
-        real = os.path.realpath(final)
+    parts = rel.split("/")
+    current = os.fspath(root)
+    for i, part in enumerate(parts):
+        current = f"{current}/{part}"
+        if i == len(parts) - 1 and not follow_last:
+            break  # a write replaces whatever is there, a symlink included
+        try:
+            mode = os.lstat(current).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            break  # what is missing will be created (or reported) by the caller
+        if not stat.S_ISLNK(mode):
+            continue
+        link = "/".join(parts[: i + 1])
+        if not follow_last:
+            raise PathError(
+                f"path {rel!r} goes through the symbolic link {link!r}: writes beyond a "
+                "symlink are refused (they could land outside the workspace)"
+            )
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(os.path.join(root, rel))
         if real != real_root and not real.startswith(real_root + os.sep):
-            raise PathError(f"path {rel!r} is a symlink that points outside the workspace")
-    return Path(final)
+            raise PathError(f"path {rel!r} resolves outside the workspace through a symlink")
+        break
+    return Path(root, rel)

@@ -85,3 +85,15 @@ async def test_bad_scope_names(scoped):
     for bad in ("", "../x", "a/b", "x.lock", "-x"):
         with pytest.raises(PathError):
             await coord.root.fork(bad)
+
+
+async def test_symlinked_directories_inside_the_workspace(scoped):
+    """Reads may follow a symlink that stays inside; writes never go through one
+    (git records paths, not where a symlink would send them)."""
+    coord, a = scoped
+    assert (await a.exec(["sh", "-c", "ln -s src src-link"])).ok
+    assert await a.read("src-link/util.py") == await a.read("src/util.py")
+    head = a.head
+    with pytest.raises(PathError, match="symbolic link 'src-link'"):
+        await a.write("src-link/new.py", b"x")
+    assert a.head == head and not (a.path / "src" / "new.py").exists()
