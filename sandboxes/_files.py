@@ -160,6 +160,8 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
             _prune(root, rel)
             continue
         _make_parents(root, rel)
+        if change.mode != MODE_LINK and _overwrite(target, change):
+            continue
         remove_path(target)
         if change.mode == MODE_LINK:
             os.symlink(os.fsdecode(change.data), target)
@@ -167,6 +169,28 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
         # written before chmod so a umask cannot leave the exec bit out
         target.write_bytes(change.data)
         os.chmod(target, 0o755 if change.mode == MODE_EXEC else 0o644)
+
+
+def _overwrite(target: Path, change: Change) -> bool:
+    """Write a regular, unshared file in place; False when it is not one.
+
+    On an overlay, unlinking a lower file and creating it again costs a
+    whiteout and a new inode; an O_TRUNC open copies up without the old data.
+    A hard-linked file is never written in place: its other names would change.
+    """
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        return False
+    fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+    with open(fd, "wb") as f:
+        f.write(change.data or b"")
+    want = 0o755 if change.mode == MODE_EXEC else 0o644
+    if stat.S_IMODE(st.st_mode) != want:
+        os.chmod(target, want)
+    return True
 
 
 def ensure_base(bases: Path, key: str, populate: Callable[[Path], None]) -> Path:
