@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Literal
 
+import pygit2
+
 from ._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
 from ._merge import merge_file, parse_hunks
 from ._policy import View
@@ -150,7 +152,7 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
     base_t = trace.tree_of(base)
     theirs_t = trace.tree_of(theirs_head)
 
-    def side(tree) -> tuple[str, int] | None:  # type: ignore[no-untyped-def]
+    def side(tree: pygit2.Tree) -> tuple[str, int] | None:
         e = trace.entry(tree, path)
         return (str(e.id), e.filemode) if e is not None and e.filemode != 0o040000 else None
 
@@ -175,7 +177,7 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
     return f"{path} conflicts with changes by {who}"
 
 
-def _who(trace, writer: str | None, scope: str) -> str:  # type: ignore[no-untyped-def]
+def _who(trace: Trace, writer: str | None, scope: str) -> str:
     if writer is None:
         return f"scope {scope}"
     effect = trace.show(writer).effect

@@ -19,6 +19,7 @@ from ._effects import Decision, Effect, Intent
 
 if TYPE_CHECKING:
     from ._coordinator import Coordinator
+    from ._trace import Trace
 
 __all__ = [
     "Policy",
@@ -97,7 +98,7 @@ class View:
         return await self._coord.scope(scope)._read_committed(path)
 
     @property
-    def trace(self):  # type: ignore[no-untyped-def]
+    def trace(self) -> Trace:
         """The trace (read it; do not write)."""
         return self._coord.trace
 

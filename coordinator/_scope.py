@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxes import Change, Workspace, apply_changes
@@ -94,7 +95,7 @@ class Scope(EffectPath, History):
         return f"<Scope {self.name} at {self.head[:12]}{' discarded' if self.discarded else ''}>"
 
     @property
-    def path(self):  # type: ignore[no-untyped-def]
+    def path(self) -> Path:
         """The workspace directory (read it; write through the scope's methods)."""
         return self.workspace.path
 

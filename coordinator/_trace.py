@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +48,12 @@ class TraceEntry:
 class Trace:
     """Thread-safe access to the trace repository at `path` (a bare git dir)."""
 
-    def __init__(self, path: Path, *, author: str = "corral", clock: object = None) -> None:
+    def __init__(
+        self, path: Path, *, author: str = "corral", clock: Callable[[], float] | None = None
+    ) -> None:
         self.path = path
         self._local = threading.local()
-        self._clock = clock  # callable returning an int epoch; None = wall clock
+        self._clock = clock  # epoch seconds for commit times; None = the wall clock
         self._author = author
         if not (path / "HEAD").exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +78,7 @@ class Trace:
     def _signature(self) -> pygit2.Signature:
         if self._clock is None:
             return pygit2.Signature(self._author, "corral@localhost")
-        return pygit2.Signature(self._author, "corral@localhost", int(self._clock()), 0)  # type: ignore[operator]
+        return pygit2.Signature(self._author, "corral@localhost", int(self._clock()), 0)
 
     # -- snapshot -------------------------------------------------------------
 

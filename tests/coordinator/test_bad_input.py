@@ -90,7 +90,7 @@ async def test_bad_scope_names(scoped):
 async def test_symlinked_directories_inside_the_workspace(scoped):
     """Reads may follow a symlink that stays inside; writes never go through one
     (git records paths, not where a symlink would send them)."""
-    coord, a = scoped
+    _coord, a = scoped
     assert (await a.exec(["sh", "-c", "ln -s src src-link"])).ok
     assert await a.read("src-link/util.py") == await a.read("src/util.py")
     head = a.head
