@@ -181,10 +181,13 @@ async def run_tasks(
             report.errors.extend(f"{r.name}: {r.error}" for r in report.agents if r.error)
             for w in workers:
                 report.merges.append(await _merge(coord, w, results[w.name]))
-            head = coord.root.head
-            report.commit = head
-            report.branch = f"corral/{run_id}"
-            _push(coord.trace.path, repo, head, report.branch)
+            if any(m.outcome == "merged" for m in report.merges):
+                # Only a run that merged something leaves a branch: one at the
+                # base commit would look like a result.
+                head = coord.root.head
+                report.commit = head
+                report.branch = f"corral/{run_id}"
+                _push(coord.trace.path, repo, head, report.branch)
     finally:
         await worker_provider.aclose()
         if meta_provider is not None:

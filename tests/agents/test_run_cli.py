@@ -126,3 +126,5 @@ def test_missing_key_and_unreachable_server_give_clear_messages(tmp_path: Path) 
     log = git(tmp_path, "--git-dir", str(state / "trace.git"), "log", "--format=%s",
               "refs/corral/scopes/agent-1")
     assert "model.call openai/m [failed]" in log
+    # nothing merged, so no branch that would look like a result
+    assert git(repo, "branch", "--list", "corral/*") == ""
