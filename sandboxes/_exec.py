@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,12 +106,35 @@ def _host_binds(hide: tuple[Path, ...]) -> list[str]:
     return args
 
 
+def _tools_under_tmp(hide: Sequence[Path]) -> list[Path]:
+    """Directories under /tmp that commands need to see through their private
+    /tmp: the running Python environment (a virtualenv made in /tmp, as a fresh
+    checkout's is) and the PATH entries there. Read-only; never one that holds
+    a hidden tree."""
+    candidates = {sys.prefix, sys.exec_prefix, sys.base_prefix,
+                  os.path.dirname(os.path.realpath(sys.executable)),
+                  *os.environ.get("PATH", "").split(os.pathsep)}
+    tmp = Path("/tmp").resolve()
+    out: list[Path] = []
+    for c in sorted(c for c in candidates if c):
+        path = Path(c).resolve()
+        if tmp not in path.parents or not path.is_dir():
+            continue
+        if any(h == path or path in h.parents for h in hide):
+            continue
+        if not any(p in path.parents for p in out):
+            out.append(path)
+    return out
+
+
 def _bwrap_args(repo: Path, network: bool, hide: Sequence[Path]) -> list[str]:
     args = [bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         args.append("--share-net")
     args += _host_binds(tuple(h.resolve() for h in hide))
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in _tools_under_tmp(hide):
+        args += ["--ro-bind", str(path), str(path)]
     args += ["--perms", "0755", "--dir", "/workspace"]
     args += ["--bind", str(repo), REPO_PATH, "--remount-ro", "/", "--chdir", REPO_PATH]
     return args

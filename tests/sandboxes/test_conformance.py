@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -329,3 +330,27 @@ def test_close_after_an_exception_leaves_nothing_mounted(
         ws.run([], timeout=5)
     live_backend.close()
     assert mounts_under(state_root) == []
+
+
+def test_tools_on_path_under_tmp_stay_visible(root_ws: Workspace, monkeypatch) -> None:
+    """/tmp is private to a command, but a PATH directory under /tmp (a virtualenv
+    made there, say) is bound read-only so its tools still run."""
+    import tempfile
+
+    tools = Path(tempfile.mkdtemp(prefix="corral-tools-", dir="/tmp"))
+    (tools / "hello-corral").write_text("#!/bin/sh\necho hello\n")
+    (tools / "hello-corral").chmod(0o755)
+    secret = tools.parent / f"{tools.name}-secret"
+    secret.write_text("x")
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    try:
+        r = root_ws.run(["sh", "-c", f"hello-corral; test -e {secret} || echo hidden"],
+                        timeout=30, env={"PATH": os.environ["PATH"]})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == b"hello\nhidden\n"
+        r = root_ws.run(["sh", "-c", f"echo x > {tools}/new"], timeout=30,
+                        env={"PATH": os.environ["PATH"]})
+        assert r.returncode != 0  # read-only
+    finally:
+        secret.unlink()
+        shutil.rmtree(tools)
