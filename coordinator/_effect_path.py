@@ -88,6 +88,7 @@ class EffectPath:
     """The effect path of a Scope (a mixin: Scope provides the state)."""
 
     # Provided by Scope: the state the one path works on.
+    touched: frozenset[str] | None
     _coord: Coordinator
     _lock: asyncio.Lock
     _seq: int
@@ -192,7 +193,7 @@ class EffectPath:
         trace = self._coord.trace
         head = self.head
 
-        def work() -> tuple[Effect, str]:
+        def work() -> tuple[Effect, str, TreeChanges]:
             outcome, changes = act.fn(todo)
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
@@ -203,10 +204,10 @@ class EffectPath:
             )
             if act.after is not None:
                 act.after(sha)
-            return effect, sha
+            return effect, sha, changes
 
-        effect, sha = await self._coord.io(work)
-        self.head = sha
+        effect, sha, changes = await self._coord.io(work)
+        self._advance(sha, None if tree is not None else changes)
         self._coord.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)
 
@@ -226,8 +227,17 @@ class EffectPath:
             return trace.commit_effect(effect, t, parents if parents is not None else [head])
 
         sha = await self._coord.io(commit)
-        self.head = sha
+        self._advance(sha, None if tree is not None else (changes or {}))
         self._coord.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)
+
+    def _advance(self, sha: str, changes: TreeChanges | None) -> None:
+        """Move the head; keep the paths changed since the fork up to date
+        (None when unknown, after a rewind or a merge: recomputed on demand)."""
+        self.head = sha
+        if changes is None:
+            self.touched = None
+        elif self.touched is not None and changes:
+            self.touched = self.touched | changes.keys()
 
     # -- reading ------------------------------------------------------------------

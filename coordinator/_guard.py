@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pygit2
 
 from ._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
 from ._merge import merge_file, parse_hunks
 from ._policy import View
+
+if TYPE_CHECKING:
+    from ._coordinator import Coordinator
 from ._trace import Trace
 
 __all__ = ["Claim", "ConflictGuard"]
@@ -40,9 +43,6 @@ class ConflictGuard:
     def __init__(self, mode: Literal["block", "defer"] = "block") -> None:
         self.mode = mode
         self.claims: list[Claim] = []
-        # scope -> (head, fork point, paths changed since the fork): the per-write
-        # check skips siblings that never touched the written file.
-        self._paths: dict[str, tuple[str, str, frozenset[str]]] = {}
 
     def claim(self, scope: str, path: str, lines: tuple[int, int] | None = None) -> Claim:
         c = Claim(scope, path, lines)
@@ -65,29 +65,33 @@ class ConflictGuard:
                                           c.scope)
         coord = view._coord
         siblings = [
-            (s.name, s.head, s.fork_point) for s in coord.scopes.values()
+            s for s in coord.scopes.values()
             if not s.discarded and s.name != view.scope and s.name != "root"
         ]
-        if not siblings:
+        paths = {c.path for c in changes}
+        # Only siblings that touched a written path need a merge: the scopes keep
+        # their touched paths as they go, so this filter costs no git work.
+        suspects = [
+            (s.name, s.head, s.fork_point) for s in siblings
+            if s.touched is None or not s.touched.isdisjoint(paths)
+        ]
+        if not suspects:
             return None
         me = coord.scope(view.scope).head
-        found = await coord.io(self._check, coord.trace, me, siblings, changes)
+        found = await coord.io(self._check, coord, me, suspects, changes)
         return self._stop(*found) if found else None
 
     def _check(
         self,
-        trace: Trace,
+        coord: Coordinator,
         me: str,
         siblings: list[tuple[str, str, str]],
         changes: list[FileChange],
     ) -> tuple[str, str] | None:
-        """The first (reason, owner) conflict of `changes` with a sibling. Only
-        siblings that changed one of the paths since their fork are merged."""
-        paths = {c.path for c in changes}
+        """The first (reason, owner) conflict of `changes` with a sibling."""
+        trace = coord.trace
         for name, head, fork_point in siblings:
-            touched = self._touched(trace, name, head, fork_point)
-            if touched.isdisjoint(paths):
-                continue
+            touched = self._touched(coord, name, head, fork_point)
             for change in changes:
                 if change.path in touched:
                     reason = _conflict(trace, me, head, name, change)
@@ -95,24 +99,20 @@ class ConflictGuard:
                         return reason, name
         return None
 
-    def _touched(self, trace: Trace, name: str, head: str, fork_point: str) -> frozenset[str]:
-        """Paths scope `name` changed since its fork, cached per head and extended
-        commit by commit (a stale extra path only costs a full check)."""
-        cached = self._paths.get(name)
-        if cached is not None and cached[0] == head:
-            return cached[2]
-        commit = trace.commit(head)
-        if cached is not None and cached[1] == fork_point and commit.parent_ids and (
-            str(commit.parent_ids[0]) == cached[0]
-        ):
-            parent_tree = str(commit.parents[0].tree_id)
-            paths = cached[2] | trace.diff_trees(parent_tree, str(commit.tree_id)).keys()
-        else:
-            paths = frozenset(
-                trace.diff_trees(str(trace.commit(fork_point).tree_id), str(commit.tree_id))
-            )
-        self._paths[name] = (head, fork_point, frozenset(paths))
-        return self._paths[name][2]
+    @staticmethod
+    def _touched(coord: Coordinator, name: str, head: str, fork_point: str) -> frozenset[str]:
+        """The paths scope `name` changed since its fork, from the scope when it
+        knows them, else from its trees (and remembered while its head stays)."""
+        scope = coord.scopes.get(name)
+        if scope is not None and scope.touched is not None and scope.head == head:
+            return scope.touched
+        trace = coord.trace
+        paths = frozenset(trace.diff_trees(
+            str(trace.commit(fork_point).tree_id), str(trace.commit(head).tree_id)
+        ))
+        if scope is not None and scope.head == head:
+            scope.touched = paths
+        return paths
 
     def _stop(self, reason: str, owner: str) -> Decision:
         if self.mode == "defer":

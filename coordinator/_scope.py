@@ -85,6 +85,9 @@ class Scope(EffectPath, History):
         self.parent = parent
         self.discarded = False
         self.inbox: list[Message] = []
+        self.touched: frozenset[str] | None = frozenset() if head == fork_point else None
+        """Paths changed on this branch since its fork point (a superset: a path
+        changed back stays in), kept by the effect path; None when unknown."""
         self._seq = seq
         self._lock = asyncio.Lock()
         # The coordinator's own reads and writes go to `workspace.backing`; on a

@@ -1,0 +1,54 @@
+"""The conflict guard: blocks writes that would not merge with a sibling's work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator import ConflictGuard, Coordinator
+
+pytestmark = pytest.mark.asyncio
+
+
+def app_with(line: int, text: str) -> bytes:
+    lines = [f"line {i}\n" for i in range(1, 21)]
+    lines[line - 1] = text + "\n"
+    return "".join(lines).encode()
+
+
+async def test_guard_follows_siblings_through_rewind_and_reopen(tmp_path: Path, sample_repo):
+    """A write conflicting with a sibling's hunk is blocked with the lines and the
+    owner; once the sibling rewinds the change away it is allowed; a reopened
+    coordinator (no remembered paths) guards the same way; other lines pass."""
+    guard = ConflictGuard()
+    async with Coordinator.open(tmp_path / "s", sample_repo, policies=[guard]) as coord:
+        a = await coord.root.fork("alice")
+        b = await coord.root.fork("bob")
+        await a.write("src/app.py", app_with(3, "alice"))
+        r = await b.write("src/app.py", app_with(3, "bob"))
+        assert r.blocked and "lines 3-3 of src/app.py" in r.reason and "alice" in r.reason
+        assert (await b.write("src/app.py", app_with(15, "bob far away"))).ok
+        await a.rewind(steps=1)
+        assert (await b.write("src/app.py", app_with(3, "bob again"))).ok
+        await a.write("src/util.py", b"def helper():\n    return 'alice'\n")
+    async with Coordinator.open(tmp_path / "s", policies=[ConflictGuard()]) as coord:
+        b = coord.scope("bob")
+        assert coord.scope("alice").touched is None  # unknown after reopen
+        r = await b.write("src/util.py", b"def helper():\n    return 'bob'\n")
+        assert r.blocked and "src/util.py" in r.reason
+        assert (await b.write("docs/guide.md", b"bob's guide\n")).ok
+
+
+async def test_claims_reserve_paths_and_lines(tmp_path: Path, sample_repo):
+    guard = ConflictGuard()
+    async with Coordinator.open(tmp_path / "s", sample_repo, policies=[guard]) as coord:
+        b = await coord.root.fork("bob")
+        guard.claim("alice", "docs/guide.md")
+        guard.claim("alice", "src/app.py", lines=(1, 5))
+        assert (await b.write("docs/guide.md", b"x\n")).blocked
+        r = await b.write("src/app.py", app_with(2, "bob"))
+        assert r.blocked and "lines 1-5 of src/app.py are claimed by alice" in r.reason
+        assert (await b.write("src/app.py", app_with(10, "bob"))).ok
+        guard.release("alice")
+        assert (await b.write("docs/guide.md", b"x\n")).ok
