@@ -269,12 +269,10 @@ class LiveWrites:
             decision = decision or Decision(
                 verdict="allow", policy="live", reason="through a file handle allowed earlier"
             )
-            effect = Effect(
-                id=f"{scope.name}#{scope._seq}", scope=scope.name, seq=scope._seq,
-                parent=scope.head, cause=cause, status="blocked" if blocked else "materialized",
-                intent=intent, decision=decision, outcome=outcome,
+            effect = scope._next_effect(
+                intent, cause=cause, status="blocked" if blocked else "materialized",
+                decision=decision, outcome=outcome,
             )
-            scope._seq += 1
             await scope._record(effect, changes)
 
     # -- reading the backing tree (coordinator threads) -----------------------------

@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -243,6 +243,14 @@ def serve(
     asyncio.run(run_server(config, host, port))
 
 
+def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
+    """Print a benchmark's table and, with --json, write its report."""
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {json_out}")
+
+
 @bench_app.command("substrate")
 def bench_substrate(
     sizes: Annotated[str, typer.Option(help="Comma-separated checkout sizes.")] = "10MB,500MB,3GB",
@@ -265,10 +273,7 @@ def bench_substrate(
 
     report = substrate.run([s.strip() for s in sizes.split(",") if s.strip()], runs=runs,
                            backend=backend, cache=cache, fuse=fuse)
-    console.print(substrate.render(report))
-    if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"wrote {json_out}")
+    _show(substrate.render(report), report, json_out)
 
 
 @bench_app.command("server")
@@ -288,10 +293,7 @@ def bench_server(
 
     report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
                               seconds=seconds, backend=backend, guard=guard)
-    console.print(server_bench.render(report))
-    if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"wrote {json_out}")
+    _show(server_bench.render(report), report, json_out)
 
 
 @bench_app.command("replay")
@@ -305,10 +307,7 @@ def bench_replay(
     from bench import replay as replay_bench
 
     report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()])
-    console.print(replay_bench.render(report))
-    if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"wrote {json_out}")
+    _show(replay_bench.render(report), report, json_out)
 
 
 def main() -> None:
