@@ -167,6 +167,7 @@ async def run_demo(
         show()
         sub.close()
         console.print(f"\nroot's tests: {'[green]pass' if report.tests_passed else '[red]FAIL'}[/]")
+        await coord.checkpoint()  # plain git reads the repository on disk
         graph = subprocess.run(
             ["git", "--git-dir", str(coord.trace.path), "log", "--graph", "--oneline",
              "--decorate-refs=refs/corral/scopes/", "--glob=refs/corral/*"],

@@ -187,6 +187,7 @@ async def run_tasks(
                 head = coord.root.head
                 report.commit = head
                 report.branch = f"corral/{run_id}"
+                await coord.checkpoint()  # git push reads the repository on disk
                 _push(coord.trace.path, repo, head, report.branch)
     finally:
         await worker_provider.aclose()

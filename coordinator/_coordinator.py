@@ -124,6 +124,7 @@ class Coordinator:
         except BlockingIOError as e:
             os.close(lockfd)
             raise StateError(f"{state} is in use by another coordinator", cause=e) from e
+        trace: Trace | None = None
         try:
             trace = Trace(state / "trace.git", clock=clock)
             snapshot = trace.snapshot()
@@ -148,8 +149,11 @@ class Coordinator:
             coord = cls(state, trace, backend, PolicyChain(policies))
             coord._lockfile = lockfd
             coord._load_scopes(snapshot)
+            trace.start()
             return coord
         except BaseException:
+            if trace is not None:
+                trace.close()
             os.close(lockfd)
             raise
 
@@ -197,11 +201,20 @@ class Coordinator:
         await stop_live(self)
         self.events.close()
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self.backend.close)
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self._pool, self.backend.close)
+            finally:
+                await loop.run_in_executor(self._pool, self.trace.close)
         finally:
             self._pool.shutdown(wait=True)
             os.close(self._lockfile)
             self._lockfile = None
+
+    async def checkpoint(self) -> None:
+        """Bring the trace's git repository on disk up to date now, for plain
+        `git` readers (it is anyway every couple of seconds, and at close)."""
+        await self.io(self.trace.checkpoint)
 
     # -- access -------------------------------------------------------------------
 

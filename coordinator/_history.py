@@ -133,9 +133,9 @@ class History:
 
     def _unique_ref(self, prefix: str) -> str:
         # Probe names one by one: listing every ref grows with the trace's history.
-        refs = self._coord.trace.repo.references
+        trace = self._coord.trace
         n = self._seq
-        while refs.get(f"{prefix}{n}") is not None:
+        while trace.ref(f"{prefix}{n}") is not None:
             n += 1
         return f"{prefix}{n}"
 

@@ -6,7 +6,9 @@ message is a summary line, a blank line, and the effect record as JSON. Trees
 are built incrementally from the parent's tree and the changed paths only.
 
 pygit2 objects are not shared between threads: each thread opens its own
-`Repository` on the same directory (libgit2 is safe used that way).
+`Repository` on the same directory (libgit2 is safe used that way). New
+objects and ref moves go through the journal (`_journal.py`): durable with one
+append, moved into the repository as a pack at each checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pygit2.enums import ObjectType
 
 from ._effects import Effect
 from ._errors import NotFound, StateError
+from ._journal import Journal
 
 __all__ = ["ARCHIVE_PREFIX", "SCOPE_PREFIX", "Trace", "TreeChanges", "TraceEntry"]
 
@@ -49,8 +52,16 @@ class Trace:
     """Thread-safe access to the trace repository at `path` (a bare git dir)."""
 
     def __init__(
-        self, path: Path, *, author: str = "corral", clock: Callable[[], float] | None = None
+        self,
+        path: Path,
+        *,
+        author: str = "corral",
+        clock: Callable[[], float] | None = None,
+        writable: bool = True,
     ) -> None:
+        """`writable` is for the one process that owns the trace (the coordinator,
+        holding the state lock); others open it read-only and see the same
+        history, the journal's not-yet-checkpointed part included."""
         self.path = path
         self._local = threading.local()
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
@@ -63,6 +74,7 @@ class Trace:
             repo.config["gc.auto"] = 0
             repo.config["gc.pruneExpire"] = "never"
             repo.config["core.logAllRefUpdates"] = True
+        self.journal = Journal(path, writable=writable)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -72,8 +84,27 @@ class Trace:
         repo = getattr(self._local, "repo", None)
         if repo is None:
             repo = pygit2.Repository(str(self.path))
+            # The journal's objects first, then the packs and loose objects on disk.
+            objects = str(self.path / "objects")
+            odb = pygit2.Odb()
+            odb.add_backend(self.journal.backend(), 1000)
+            odb.add_backend(pygit2.OdbBackendPack(objects), 2)
+            odb.add_backend(pygit2.OdbBackendLoose(objects, -1, False), 1)
+            repo.set_odb(odb)
             self._local.repo = repo
         return repo
+
+    def start(self) -> None:
+        """Checkpoint the journal in the background from now on."""
+        self.journal.start()
+
+    def checkpoint(self) -> None:
+        """Bring the git repository on disk up to date (for plain `git` readers)."""
+        self.journal.checkpoint()
+
+    def close(self) -> None:
+        """Checkpoint what is left and stop the background checkpoints."""
+        self.journal.close()
 
     def _signature(self) -> pygit2.Signature:
         if self._clock is None:
@@ -120,13 +151,12 @@ class Trace:
         return sha
 
     def snapshot(self) -> str | None:
-        ref = self.repo.references.get(SNAPSHOT_REF)
-        return str(ref.target) if ref is not None else None
+        return self.ref(SNAPSHOT_REF)
 
     # -- objects --------------------------------------------------------------
 
     def write_blob(self, data: bytes) -> str:
-        return str(self.repo.create_blob(data))
+        return self.journal.write_blob(data)
 
     def blob(self, oid: str) -> bytes:
         try:
@@ -139,6 +169,7 @@ class Trace:
 
     def commit(self, rev: str) -> pygit2.Commit:
         """Resolve a commit id (full or abbreviated) or ref; raises NotFound."""
+        rev = self.journal.refs.get(rev) or rev
         try:
             return self.repo.revparse_single(rev).peel(pygit2.Commit)
         except (KeyError, ValueError, pygit2.GitError) as e:
@@ -252,28 +283,36 @@ class Trace:
         oid = repo.create_commit(
             None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
         )
-        repo.references.create(ref or SCOPE_PREFIX + effect.scope, oid, force=True)
+        self.journal.move_ref(ref or SCOPE_PREFIX + effect.scope, str(oid))
         return str(oid)
 
-    def head(self, scope: str) -> str | None:
-        ref = self.repo.references.get(SCOPE_PREFIX + scope)
+    def ref(self, name: str) -> str | None:
+        """The commit `name` points at (None when it does not exist)."""
+        refs = self.journal.refs
+        if name in refs:
+            return refs[name]
+        ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None
 
+    def head(self, scope: str) -> str | None:
+        return self.ref(SCOPE_PREFIX + scope)
+
     def set_ref(self, name: str, commit: str) -> None:
-        self.repo.references.create(name, pygit2.Oid(hex=commit), force=True)
+        self.journal.move_ref(name, commit)
 
     def delete_ref(self, name: str) -> None:
-        ref = self.repo.references.get(name)
-        if ref is not None:
-            ref.delete()
+        if self.ref(name) is not None:
+            self.journal.move_ref(name, None)
 
     def scope_names(self) -> list[str]:
-        return sorted(
-            r[len(SCOPE_PREFIX) :] for r in self.repo.references if r.startswith(SCOPE_PREFIX)
-        )
+        return [r[len(SCOPE_PREFIX) :] for r in self.refs(SCOPE_PREFIX)]
 
     def refs(self, prefix: str) -> list[str]:
-        return sorted(r for r in self.repo.references if r.startswith(prefix))
+        names = {r for r in self.repo.references if r.startswith(prefix)}
+        for name, target in list(self.journal.refs.items()):
+            if name.startswith(prefix):
+                (names.add if target is not None else names.discard)(name)
+        return sorted(names)
 
     def entry_of(self, commit: pygit2.Commit) -> TraceEntry:
         subject, _, body = commit.message.partition("\n\n")

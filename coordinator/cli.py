@@ -127,7 +127,7 @@ def run_cmd(
 def _trace(state: Path) -> Trace:
     if not (state / "trace.git" / "HEAD").exists():
         _fail(f"{state} is not a Corral state directory (no trace.git)")
-    return Trace(state / "trace.git")
+    return Trace(state / "trace.git", writable=False)
 
 
 @trace_app.command("log")

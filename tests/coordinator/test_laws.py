@@ -95,6 +95,7 @@ async def reachable_law(coord: Coordinator) -> None:
     tips = [str(coord.trace.commit(r).id) for r in coord.trace.refs("refs/corral/")]
     for commit in told:
         assert any(coord.trace.is_ancestor(commit, tip) for tip in tips), commit
+    await coord.checkpoint()  # plain git reads the repository on disk
     fsck = subprocess.run(["git", "--git-dir", git_dir, "fsck"], capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stderr
 
@@ -164,6 +165,7 @@ def test_merge_agrees_with_git_merge_tree(ours, theirs):
         b = await coord.root.fork("b")
         await apply_edits(a, ours, workspace_files(a))
         await apply_edits(b, theirs, workspace_files(b))
+        await coord.checkpoint()
         want_tree, want_conflicts = git_merge_tree(str(coord.trace.path), a.head, b.head)
         dry = await a.merge(b, dry_run=True)
         got = await coord.io(three_way, coord.trace, dry.base, a.head, b.head)

@@ -113,6 +113,6 @@ async def test_observers_never_perturb_the_trace(tmp_path):
                     for w in watchers:
                         w.cancel()
                 assert counts[0] > 20
-            results.append(_refs(base / "state"))
+        results.append(_refs(base / "state"))  # closed: the trace is checkpointed
     assert results[0] == results[1]
     assert "refs/corral/scopes/a" in results[0]
