@@ -1,0 +1,102 @@
+"""The trace's journal: acknowledged effects are in it before any checkpoint,
+checkpoints move them into plain git, a torn tail is dropped, nothing is pruned."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from coordinator import Coordinator, Policy, _journal
+from coordinator._effects import Decision
+from coordinator._trace import Trace
+
+pytestmark = pytest.mark.asyncio
+
+
+def git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args],
+                          capture_output=True, text=True, check=check)
+
+
+def packs(git_dir: Path) -> list[Path]:
+    return sorted((git_dir / "objects" / "pack").glob("pack-*.pack"))
+
+
+def journal_files(git_dir: Path) -> list[str]:
+    return sorted(p.name for p in (git_dir / "corral-journal").glob("*.log"))
+
+
+async def test_effects_are_readable_before_a_checkpoint_and_in_git_after(tmp_path, sample_repo):
+    git_dir = tmp_path / "s" / "trace.git"
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        a = await coord.root.fork("a")
+        r = await a.write("new.txt", b"hello\n")
+        # Plain git does not see it yet; a read-only trace (another process's view) does.
+        assert git(git_dir, "cat-file", "-e", r.commit, check=False).returncode != 0
+        reader = Trace(git_dir, writable=False)
+        assert reader.head("a") == r.commit
+        assert reader.read(r.commit, "new.txt") == b"hello\n"
+        assert reader.commit(r.commit[:10]).id == coord.trace.commit(r.commit).id
+        await coord.checkpoint()
+        assert git(git_dir, "rev-parse", "refs/corral/scopes/a").stdout.strip() == r.commit
+        assert git(git_dir, "show", f"{r.commit}:new.txt").stdout == "hello\n"
+        # the journal generations it held are gone; the live one is empty
+        assert all((git_dir / "corral-journal" / n).stat().st_size == 0
+                   for n in journal_files(git_dir))
+        # reads still work once the objects left memory for the pack
+        assert coord.trace.read(a.head, "new.txt") == b"hello\n"
+        r2 = await a.write("new.txt", b"again\n")
+    assert git(git_dir, "show", f"{r2.commit}:new.txt").stdout == "again\n"
+    assert journal_files(git_dir) == []
+    assert git(git_dir, "fsck", "--strict").returncode == 0
+
+
+async def test_a_torn_tail_is_dropped_and_the_rest_replayed(tmp_path, sample_repo):
+    git_dir = tmp_path / "s" / "trace.git"
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        a = await coord.root.fork("a")
+        acked = await a.write("kept.txt", b"kept\n")
+        # What a kill leaves behind: the live generation, not checkpointed.
+        log = git_dir / "corral-journal" / journal_files(git_dir)[-1]
+        saved = log.read_bytes()
+    assert saved, "the acknowledged write was in the journal"
+    # Put the un-checkpointed journal back, as after a SIGKILL, with a torn record.
+    git(git_dir, "update-ref", "refs/corral/scopes/a", a.fork_point)
+    log.write_bytes(saved + _journal._record(b"R", b"\x01" * 20 + b"refs/x")[:-3])
+    async with Coordinator.open(tmp_path / "s") as coord:
+        assert coord.scope("a").head == acked.commit
+        assert coord.trace.ref("refs/x") is None
+        assert await coord.scope("a").read("kept.txt") == b"kept\n"
+    assert git(git_dir, "fsck", "--strict").returncode == 0
+
+
+class BlockAll(Policy):
+    async def __call__(self, intent, view):  # type: ignore[override]
+        return Decision(verdict="block", reason="no")
+
+
+async def test_roll_up_keeps_packs_few_and_prunes_nothing(tmp_path, sample_repo, monkeypatch):
+    monkeypatch.setattr(_journal, "MAX_PACKS", 3)
+    git_dir = tmp_path / "s" / "trace.git"
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        a = await coord.root.fork("a")
+        heads = []
+        for i in range(8):
+            heads.append((await a.write(f"f{i}.txt", f"{i}\n".encode())).commit)
+            await coord.checkpoint()
+            assert len(packs(git_dir)) <= 4
+        coord.chain.policies.append(BlockAll())
+        blocked = await a.write("no.txt", b"refused content\n")
+        assert blocked.blocked
+        blob = blocked.effect.intent.blob  # type: ignore[union-attr]
+        for i in range(4):
+            coord.chain.policies.clear()
+            await a.write(f"g{i}.txt", b"x")
+            await coord.checkpoint()
+    # the refused write's content is referenced only by its record: still there
+    assert git(git_dir, "cat-file", "-p", blob).stdout == "refused content\n"
+    for h in heads:
+        assert git(git_dir, "cat-file", "-t", h).stdout.strip() == "commit"
+    assert git(git_dir, "fsck", "--strict").returncode == 0
