@@ -75,6 +75,10 @@ class InThread:
     """Where the commit goes (default: the scope's ref)."""
     after: Callable[[str], None] | None = None
     """Run with the new commit, in the same hop, once it is durable."""
+    inline: bool = False
+    """Small enough to run on the loop itself (a small file on the workspace, a
+    few objects in memory, one append to the journal): under load, the hop to
+    a thread and the GIL handoffs on the way back cost more than the work."""
 
 
 class _Blocked(Exception):
@@ -206,7 +210,7 @@ class EffectPath:
                 act.after(sha)
             return effect, sha, changes
 
-        effect, sha, changes = await self._coord.io(work)
+        effect, sha, changes = work() if act.inline else await self._coord.io(work)
         self._advance(sha, None if tree is not None else changes)
         self._coord.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)

@@ -170,7 +170,9 @@ class Scope(EffectPath, History):
             else await self._coord.io(trace.write_blob, data)
         )
         return await self.perform(
-            FsWrite(path=path, blob=blob, mode=mode), InThread(self._files_act), cause=cause
+            FsWrite(path=path, blob=blob, mode=mode),
+            InThread(self._files_act, inline=len(data) <= _INLINE_BYTES),
+            cause=cause,
         )
 
     async def patch(self, path: str, diff: str | bytes, *, cause: str | None = None) -> Result:
@@ -188,7 +190,8 @@ class Scope(EffectPath, History):
             )
             mode = await self._coord.io(self._mode_of, path)
             intent = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode)
-            return await self._perform(intent, InThread(self._files_act), cause=cause)
+            act = InThread(self._files_act, inline=len(new) <= _INLINE_BYTES)
+            return await self._perform(intent, act, cause=cause)
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""
@@ -196,7 +199,9 @@ class Scope(EffectPath, History):
         target = resolve_in(self.workspace.backing, path, follow_last=False)
         if not target.is_symlink() and not target.is_file():
             raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
-        return await self.perform(FsDelete(path=path), InThread(self._files_act), cause=cause)
+        return await self.perform(
+            FsDelete(path=path), InThread(self._files_act, inline=True), cause=cause
+        )
 
     def _writable(self, path: str) -> str:
         self._check_live()
