@@ -225,7 +225,14 @@ async def merge(request: web.Request) -> web.Response:
 
 
 async def discard(request: web.Request) -> web.Response:
-    hub, who, scope = _scope(request)
+    hub, who = _ctx(request)
+    name = request.match_info["name"]
+    gone = hub.c.scopes.get(name)
+    if gone is not None and gone.discarded:  # idempotent: the discard that was
+        if not who.admin:
+            hub.t.require(who, name, hub.c)
+        return await _discarded(hub, gone)
+    scope = hub.scope(who, name)
     req = await _body(request, DiscardRequest)
     if scope.name == "root":
         raise BadRequest("the root scope cannot be discarded")
@@ -238,8 +245,15 @@ async def discard(request: web.Request) -> web.Response:
     with hub.timed("scope.discard"):
         r = await scope.discard(cause=cause)
     if r is None:  # discarded meanwhile by another request
-        raise BadRequest(f"scope {scope.name!r} was already discarded")
+        return await _discarded(hub, scope)
     return _json(_result(r))
+
+
+async def _discarded(hub: Hub, scope: Scope) -> web.Response:
+    """The answer to discarding a discarded scope: its discard, as first answered."""
+    entry = await hub.c.io(hub.c.trace.show, scope.head)
+    assert entry.effect is not None
+    return _json(_result(Result(entry.effect, entry.commit)))
 
 
 async def send(request: web.Request) -> web.Response:

@@ -94,9 +94,13 @@ async def _exec_merge_rewind_discard(srv):
     assert control.effect.kind == "decision" and control.effect.intent.action == "rewind"
     assert r.effect.cause == control.effect.id
     assert await c.read("b", "src/util.py") == b"def helper():\n    return 1\n"
-    assert (await c.discard("b")).ok
+    first = await c.discard("b")
+    assert first.ok and first.effect.kind == "scope.discard"
     with pytest.raises(UnknownScope):
         await c.scope("b")
+    # discarding again is idempotent: it answers the discard that was
+    again = await c.discard("b")
+    assert again.commit == first.commit and again.effect == first.effect
 
 
 async def test_scope_tokens_act_only_on_their_subtree(srv):
