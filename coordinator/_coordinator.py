@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import sandboxes
 from sandboxes import Backend, SandboxError, Workspace
@@ -37,6 +37,9 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger("corral")
 T = TypeVar("T")
+
+DEFER_TIMEOUT_S = 600.0
+Settled = Literal["merged", "discarded", "gone", "timeout"]
 
 
 def _memory_layers() -> bool:
@@ -70,6 +73,10 @@ class Coordinator:
         self.live_timeout = LIVE_TIMEOUT_S
         """Seconds the policy chain has to decide on a live call in a fuse workspace
         before the call is denied (and the denial recorded)."""
+        self.defer_timeout = DEFER_TIMEOUT_S
+        """Seconds a deferred intent waits for the scope it waits on to merge
+        (or be discarded) before it is blocked."""
+        self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -210,6 +217,32 @@ class Coordinator:
             self._pool.shutdown(wait=True)
             os.close(self._lockfile)
             self._lockfile = None
+
+    async def until_settled(self, name: str, timeout: float | None) -> Settled:
+        """Wait until scope `name` is merged into another scope or discarded.
+        Returns how it ended: "merged", "discarded", "gone" (no such scope:
+        nothing to wait for) or "timeout"."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return "gone"
+        if scope.discarded:
+            return "discarded"
+        waiter: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        self._settle_waiters.setdefault(name, []).append(waiter)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return "timeout"
+        finally:
+            waiters = self._settle_waiters.get(name, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+
+    def _settled(self, name: str, how: Settled) -> None:
+        """Scope `name` was merged somewhere or discarded: wake who waits on it."""
+        for waiter in self._settle_waiters.pop(name, []):
+            if not waiter.done():
+                waiter.set_result(how)
 
     async def checkpoint(self) -> None:
         """Bring the trace's git repository on disk up to date now, for plain

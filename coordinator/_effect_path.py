@@ -8,6 +8,7 @@ the caller get its Result. A scope's effects are serialized by its lock.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,14 @@ class InThread:
     """Small enough to run on the loop itself (a small file on the workspace, a
     few objects in memory, one append to the journal): under load, the hop to
     a thread and the GIL handoffs on the way back cost more than the work."""
+
+
+_SETTLED = {
+    "merged": "it merged",
+    "discarded": "it was discarded",
+    "gone": "there is no such scope",
+    "timeout": "still not merged",
+}
 
 
 class _Blocked(Exception):
@@ -181,9 +190,37 @@ class EffectPath:
     async def _decide(self, pending: Effect, intent: Intent) -> Decision:
         coord = self._coord
         decision = await coord.chain.decide(intent, View(coord, pending))
+        if decision.verdict == "defer":
+            decision = await self._defer(pending, intent, decision)
         coord.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
         coord.metrics.decision(intent.kind, decision.verdict)
         return decision
+
+    async def _defer(self, pending: Effect, intent: Intent, deferred: Decision) -> Decision:
+        """Hold a deferred intent (its scope waits with it) until the scope it
+        waits on merges or is discarded, then ask the chain once more. A second
+        deferral, or no merge within `Coordinator.defer_timeout`, blocks."""
+        coord = self._coord
+        until = deferred.until
+        coord.events.publish(Event("decision", pending.model_copy(update={"decision": deferred})))
+        coord.metrics.decision(intent.kind, "defer")
+        if not until or until == pending.scope:
+            why = "without naming the scope to wait for" if not until else \
+                "until its own scope merges, which cannot happen while it waits"
+            return deferred.model_copy(
+                update={"verdict": "block", "reason": f"{deferred.reason}; deferred {why}"})
+        start = time.perf_counter()
+        how = await coord.until_settled(until, coord.defer_timeout)
+        waited = f"deferred until {until!r} merged; {_SETTLED[how]} after " \
+                 f"{time.perf_counter() - start:.1f} s"
+        if how == "timeout":
+            return deferred.model_copy(update={"verdict": "block",
+                                               "reason": f"{deferred.reason}; {waited}"})
+        again = await coord.chain.decide(intent, View(coord, pending))
+        if again.verdict == "defer":
+            return again.model_copy(update={"verdict": "block",
+                                            "reason": f"{again.reason}; {waited}, still deferred"})
+        return again.model_copy(update={"reason": "; ".join(r for r in (again.reason, waited) if r)})
 
     async def _act_and_record(
         self,

@@ -206,6 +206,7 @@ class History:
             )
             if not done.ok:
                 return MergeResult(result.base, None, result.conflicts, result.changes)
+            coord._settled(theirs.name, "merged")
             return MergeResult(
                 result.base, result.tree, result.conflicts, result.changes, done.commit
             )

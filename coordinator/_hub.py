@@ -39,6 +39,9 @@ class ServerConfig:
     """Put the conflict guard first in the chain."""
     gate: Sequence[GateRule] = ()
     gate_timeout: float | None = None
+    defer_timeout: float | None = None
+    """Seconds a deferred intent waits for its scope to merge (None: the
+    coordinator's default, `DEFER_TIMEOUT_S`)."""
     admin_token: str | None = None
     """None: a random one (read it from `Hub.tokens.admin`)."""
     max_body: int = DEFAULT_MAX_BODY

@@ -423,5 +423,6 @@ class Scope(EffectPath, History):
             if not result.ok:
                 return result
             self.discarded = True
+            coord._settled(self.name, "discarded")
             coord.metrics.scope_count(coord)
             return result

@@ -92,6 +92,8 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
                                 policies=hub.policies(), clock=cfg.clock) as coord:
         hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
         hub.coord = coord
+        if cfg.defer_timeout is not None:
+            coord.defer_timeout = cfg.defer_timeout
         try:
             yield
         finally:

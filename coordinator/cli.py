@@ -210,6 +210,11 @@ def serve(
         Optional[float],  # noqa: UP045
         typer.Option(help="Block a held intent nobody answered after this many seconds."),
     ] = None,
+    defer_timeout: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(help="Block a deferred intent whose scope has not merged after this "
+                     "many seconds (default 600)."),
+    ] = None,
     admin_token_file: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
@@ -238,7 +243,7 @@ def serve(
     config = ServerConfig(
         state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
-        admin_token=token, max_body=max_body,
+        defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
     )
     asyncio.run(run_server(config, host, port))
 
