@@ -220,7 +220,8 @@ class EffectPath:
         if again.verdict == "defer":
             return again.model_copy(update={"verdict": "block",
                                             "reason": f"{again.reason}; {waited}, still deferred"})
-        return again.model_copy(update={"reason": "; ".join(r for r in (again.reason, waited) if r)})
+        reason = "; ".join(r for r in (again.reason, waited) if r)
+        return again.model_copy(update={"reason": reason})
 
     async def _act_and_record(
         self,
