@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import TypeVar
 
 from aiohttp import web
@@ -107,6 +108,19 @@ async def openapi_json(request: web.Request) -> web.Response:
     from ._openapi import openapi
 
     return web.json_response(openapi(ROUTES))
+
+
+_DASHBOARD = Path(__file__).with_name("_static") / "dashboard.html"
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    # The page holds no data: it asks for the admin token and calls the API.
+    body = await asyncio.to_thread(_DASHBOARD.read_bytes)
+    return web.Response(body=body, content_type="text/html", charset="utf-8",
+                        headers={"Cache-Control": "no-cache",
+                                 "Content-Security-Policy": "default-src 'self'; "
+                                 "script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                 "connect-src 'self' ws: wss:"})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -366,6 +380,8 @@ _PATH = Query("path", "File path relative to the workspace root", required=True)
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/health", health, "Liveness and the snapshot commit", response=Health,
           auth="none", tag="service"),
+    Route("GET", "/", dashboard, "The dashboard: scopes, the human gate, live events (HTML)",
+          auth="none", tag="service", content_type="text/html"),
     Route("GET", "/openapi.json", openapi_json, "This document", auth="none", tag="service"),
     Route("GET", "/metrics", metrics, "Prometheus metrics", auth="none", tag="service",
           content_type="text/plain"),

@@ -21,9 +21,11 @@ EVENT_TYPES = ("intent", "decision", "effect")
 
 
 def event_json(event: Event) -> str:
-    """`{"type", "commit", "effect"}`: the effect record as the trace stores it."""
+    """`{"type", "commit", "summary", "effect"}`: the effect record as the trace
+    stores it, and its one-line summary (the commit subject)."""
     commit = json.dumps(event.commit)
-    return (f'{{"type":"{event.type}","commit":{commit},'
+    summary = json.dumps(event.effect.summary())
+    return (f'{{"type":"{event.type}","commit":{commit},"summary":{summary},'
             f'"effect":{event.effect.model_dump_json()}}}')
 
 
