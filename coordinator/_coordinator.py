@@ -155,6 +155,7 @@ class Coordinator:
                 raise SandboxFailure(str(e), cause=e) from e
             coord = cls(state, trace, backend, PolicyChain(policies))
             coord._lockfile = lockfd
+            coord.metrics.watch_journal(trace.journal)
             coord._load_scopes(snapshot)
             trace.start()
             return coord

@@ -37,6 +37,7 @@ import subprocess
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
@@ -117,7 +118,11 @@ class Journal:
         self.refs: dict[str, str | None] = {}
         """Ref name -> commit id, or None for deleted: moves not yet on disk."""
         self._unlogged: list[bytes] = []
-        self._pending_bytes = 0
+        self._pending_bytes = 0  # since the last checkpoint started
+        self.held_bytes = 0
+        """Bytes of object data held in memory (not yet in a pack)."""
+        self.on_checkpoint: Callable[[float, int], None] | None = None
+        """Called after each checkpoint with its seconds and object count."""
         self._lock = threading.Lock()  # guards the dicts' updates and the log
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
         self._fd: int | None = None
@@ -149,6 +154,7 @@ class Journal:
             self.objects[oid] = (type_, data)
             self._unlogged.append(record)
             self._pending_bytes += len(data)
+            self.held_bytes += len(data)
             if self._pending_bytes >= CHECKPOINT_BYTES:
                 self._wake.notify()
 
@@ -229,6 +235,7 @@ class Journal:
         if not self.writable:
             return False
         with self._checkpoint_lock:
+            start = time.perf_counter()
             with self._lock:
                 if self._unlogged:
                     self._append(self._unlogged)
@@ -253,7 +260,9 @@ class Journal:
                     repo.references.create(name, pygit2.Oid(hex=oid), force=True)
             with self._lock:
                 for oid in objects:
-                    self.objects.pop(oid, None)  # in a pack now: libgit2 rescans on a miss
+                    # in a pack now: libgit2 rescans the pack directory on a miss
+                    if self.objects.pop(oid, None) is not None:
+                        self.held_bytes -= len(objects[oid][1])
                 for name, target in refs.items():
                     if self.refs.get(name, "") == target:
                         del self.refs[name]
@@ -261,6 +270,8 @@ class Journal:
                 if gen <= done:
                     (self.dir / f"{gen}.log").unlink(missing_ok=True)
             self._roll_up_packs()
+            if self.on_checkpoint is not None:
+                self.on_checkpoint(time.perf_counter() - start, len(objects))
             return True
 
     def _write_pack(self, objects: dict[str, tuple[int, bytes]]) -> None:

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ._coordinator import Coordinator
+    from ._journal import Journal
 
 __all__ = ["Metrics"]
 
@@ -54,6 +55,20 @@ class Metrics:
             "corral_model_tokens", "Model tokens used, by type (prompt, cached, completion)",
             ["type"], registry=r,
         )
+        self.checkpoint_seconds = Histogram(
+            "corral_trace_checkpoint_seconds",
+            "Time to move the journal into the trace repository (pack, refs)",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.checkpoint_objects = Counter(
+            "corral_trace_checkpoint_objects", "Objects moved from the journal into packs",
+            registry=r,
+        )
+        self.journal_bytes = Gauge(
+            "corral_trace_journal_bytes",
+            "Object bytes held in memory (and the journal) until the next checkpoint",
+            registry=r,
+        )
         self._layers: _LayerBytes | None = None
 
     def decision(self, kind: str, verdict: str) -> None:
@@ -66,6 +81,16 @@ class Metrics:
             yield
         finally:
             self.op_seconds.labels(op).observe(time.perf_counter() - start)
+
+    def watch_journal(self, journal: Journal) -> None:
+        """Export the journal's checkpoints and the bytes it holds."""
+
+        def checkpointed(seconds: float, objects: int) -> None:
+            self.checkpoint_seconds.observe(seconds)
+            self.checkpoint_objects.inc(objects)
+
+        journal.on_checkpoint = checkpointed
+        self.journal_bytes.set_function(lambda: journal.held_bytes)
 
     def conflicts(self, n: int) -> None:
         if n:

@@ -224,7 +224,8 @@ def serve(
         8 * 1024 * 1024),
     backend: BackendOpt = None,
 ) -> None:
-    """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json."""
+    """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
+    and the dashboard at / (open it in a browser; it asks for the admin token)."""
     import os
 
     from ._gate import GateRule
