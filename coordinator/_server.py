@@ -152,6 +152,7 @@ async def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 
         if print_token:
             print(f"admin token: {config.admin_token}", flush=True)
         print(f"listening on http://{host}:{real}", flush=True)
+        print(f"dashboard: http://{host}:{real}/ (paste the admin token)", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
