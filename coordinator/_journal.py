@@ -31,6 +31,7 @@ effect too; plain `git` sees the trace as of the last checkpoint (at most
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import struct
 import subprocess
@@ -45,6 +46,8 @@ import pygit2
 from ._errors import StateError
 
 __all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_S", "Journal"]
+
+log = logging.getLogger("corral.journal")
 
 CHECKPOINT_S = 2.0
 """Seconds between checkpoints while there is something to checkpoint."""
@@ -130,7 +133,6 @@ class Journal:
         self._wake = threading.Condition(self._lock)
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         replayed = self._replay()
         if writable:
             self.dir.mkdir(exist_ok=True)
@@ -223,8 +225,8 @@ class Journal:
                     return
             try:
                 self.checkpoint()
-            except BaseException as e:  # kept for close(); the journal still holds it all
-                self._error = e
+            except Exception:  # the journal still holds it all: retry, and again at close
+                log.exception("trace checkpoint failed; retrying in %.0f s", CHECKPOINT_S)
                 time.sleep(CHECKPOINT_S)
 
     def checkpoint(self) -> bool:
@@ -302,21 +304,22 @@ class Journal:
         )
 
     def close(self) -> None:
-        """Stop the background checkpoints and checkpoint what is left.
-        Raises the background checkpoint's failure, if it could not recover."""
+        """Stop the background checkpoints and checkpoint what is left (raising
+        if that fails: the journal keeps it for the next open)."""
         with self._lock:
             self._closing = True
             self._wake.notify()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self.writable:
+        try:
             self.checkpoint()
-            self._error = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            (self.dir / f"{self._generation}.log").unlink(missing_ok=True)
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        if self.writable and not self.objects and not self.refs:
+            (self.dir / f"{self._generation}.log").unlink(missing_ok=True)  # empty
 
     # -- files ----------------------------------------------------------------
 
