@@ -100,3 +100,23 @@ async def test_roll_up_keeps_packs_few_and_prunes_nothing(tmp_path, sample_repo,
     for h in heads:
         assert git(git_dir, "cat-file", "-t", h).stdout.strip() == "commit"
     assert git(git_dir, "fsck", "--strict").returncode == 0
+
+
+async def test_a_failed_checkpoint_keeps_everything_for_the_next_open(
+    tmp_path, sample_repo, monkeypatch
+):
+    def broken(self, objects):
+        raise _journal.StateError("checkpoint: disk full (simulated)")
+
+    coord_cm = Coordinator.open(tmp_path / "s", sample_repo)
+    coord = await coord_cm.__aenter__()
+    a = await coord.root.fork("a")
+    acked = await a.write("kept.txt", b"kept\n")
+    monkeypatch.setattr(_journal.Journal, "_write_pack", broken)
+    with pytest.raises(_journal.StateError, match="disk full"):
+        await coord_cm.__aexit__(None, None, None)
+    monkeypatch.undo()
+    async with Coordinator.open(tmp_path / "s") as coord:
+        assert coord.scope("a").head == acked.commit
+        assert await coord.scope("a").read("kept.txt") == b"kept\n"
+    assert git(tmp_path / "s" / "trace.git", "fsck", "--strict").returncode == 0
