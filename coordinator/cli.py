@@ -175,10 +175,15 @@ def trace_show(
 
 @trace_app.command("graph")
 def trace_graph(state: StateOpt = Path(".corral")) -> None:
-    """Every scope's history as a graph (git log --graph over the trace)."""
+    """Every scope's history as a graph (git log --graph over the trace). Plain git
+    sees the last checkpoint: up to ~2 s behind a running coordinator."""
     import subprocess
 
     trace = _trace(state)
+    if trace.journal.refs:
+        err.print(f"[yellow]note:[/] {len(trace.journal.refs)} ref move(s) are in the trace's "
+                  "journal, not yet checkpointed (a coordinator is running, or was killed: "
+                  "opening it again checkpoints); `corral trace log` shows them")
     subprocess.run(["git", "--git-dir", str(trace.path), "log", "--graph", "--oneline",
                     "--decorate", f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
 

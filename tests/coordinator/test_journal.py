@@ -120,3 +120,22 @@ async def test_a_failed_checkpoint_keeps_everything_for_the_next_open(
         assert coord.scope("a").head == acked.commit
         assert await coord.scope("a").read("kept.txt") == b"kept\n"
     assert git(tmp_path / "s" / "trace.git", "fsck", "--strict").returncode == 0
+
+
+async def test_trace_cli_reads_the_journal_and_graph_says_what_git_cannot_see(
+    tmp_path, sample_repo
+):
+    from typer.testing import CliRunner
+
+    from coordinator.cli import app
+
+    state = tmp_path / "s"
+    async with Coordinator.open(state, sample_repo) as coord:
+        a = await coord.root.fork("alice")
+        r = await a.write("new.txt", b"hello\n")
+        runner = CliRunner()
+        log = runner.invoke(app, ["trace", "log", "alice", "--state", str(state), "--json"])
+        assert log.exit_code == 0 and r.commit in log.output
+        graph = runner.invoke(app, ["trace", "graph", "--state", str(state)])
+        assert graph.exit_code == 0
+        assert "not yet checkpointed" in graph.output
