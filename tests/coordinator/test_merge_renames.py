@@ -9,7 +9,6 @@ import pytest
 
 from coordinator import Coordinator
 
-
 LINES = [f"line {i}\n" for i in range(1, 21)]
 
 
