@@ -298,10 +298,12 @@ class Journal:
             return
         # Geometric repack merges the small packs only, keeping unreachable
         # objects (record payloads) as they are: nothing is pruned.
-        subprocess.run(
+        proc = subprocess.run(
             ["git", "--git-dir", str(self.git_dir), "repack", "-d", "-q", "--geometric=2"],
-            capture_output=True,
+            capture_output=True, text=True,
         )
+        if proc.returncode != 0:  # harmless (more packs to search), but say so
+            log.warning("rolling up %d packs failed: %s", len(packs), proc.stderr.strip())
 
     def close(self) -> None:
         """Stop the background checkpoints and checkpoint what is left (raising
