@@ -77,7 +77,9 @@ class BlockAll(Policy):
         return Decision(verdict="block", reason="no")
 
 
-async def test_roll_up_keeps_packs_few_and_prunes_nothing(tmp_path, sample_repo, monkeypatch):
+async def test_roll_up_keeps_packs_few_and_prunes_nothing(
+    tmp_path, sample_repo, monkeypatch, caplog
+):
     monkeypatch.setattr(_journal, "MAX_PACKS", 3)
     git_dir = tmp_path / "s" / "trace.git"
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
@@ -95,6 +97,7 @@ async def test_roll_up_keeps_packs_few_and_prunes_nothing(tmp_path, sample_repo,
             coord.chain.policies.clear()
             await a.write(f"g{i}.txt", b"x")
             await coord.checkpoint()
+    assert not [r for r in caplog.records if "rolling up" in r.getMessage()]
     # the refused write's content is referenced only by its record: still there
     assert git(git_dir, "cat-file", "-p", blob).stdout == "refused content\n"
     for h in heads:
