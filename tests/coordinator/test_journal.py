@@ -15,6 +15,12 @@ from coordinator._trace import Trace
 pytestmark = pytest.mark.asyncio
 
 
+@pytest.fixture(autouse=True)
+def no_background_checkpoints(monkeypatch):
+    """These tests look at the trace between checkpoints: only theirs may run."""
+    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
+
+
 def git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "--git-dir", str(git_dir), *args],
                           capture_output=True, text=True, check=check)
@@ -33,6 +39,7 @@ async def test_effects_are_readable_before_a_checkpoint_and_in_git_after(tmp_pat
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         r = await a.write("new.txt", b"hello\n")
+        assert coord.trace.journal.held_bytes >= len(b"hello\n")
         # Plain git does not see it yet; a read-only trace (another process's view) does.
         assert git(git_dir, "cat-file", "-e", r.commit, check=False).returncode != 0
         reader = Trace(git_dir, writable=False)
