@@ -362,6 +362,8 @@ class GateItem(_Response):
     id: str
     """Use in /v1/gate/{id}/approve or /reject."""
     rule: str
+    summary: str
+    """The effect's one-line summary (what its commit subject will say)."""
     effect: Effect
     """The pending effect (intent proposed, not decided)."""
 

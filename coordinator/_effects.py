@@ -315,8 +315,9 @@ class Effect(_Record):
     def kind(self) -> str:
         return self.intent.kind
 
-    def summary(self) -> str:
-        """One line for commit subjects and logs."""
+    def summary(self, *, status: bool = True) -> str:
+        """One line for commit subjects and logs; `status` marks an effect that
+        was not materialized ("[blocked]", "[pending]")."""
         i = self.intent
         detail: str
         match i:
@@ -342,5 +343,5 @@ class Effect(_Record):
                 detail = i.archive
             case SupervisorAction():
                 detail = f"{i.action} {i.target}"
-        mark = "" if self.status == "materialized" else f" [{self.status}]"
+        mark = "" if self.status == "materialized" or not status else f" [{self.status}]"
         return f"{i.kind} {detail}{mark}"

@@ -44,6 +44,7 @@ from ._api import (
 from ._auth import Forbidden, Principal, Tokens
 from ._effect_path import Result
 from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
+from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
 from ._policy import ScopeInfo
@@ -78,6 +79,11 @@ def _scope(request: web.Request) -> tuple[Hub, Principal, Scope]:
 def _scope_out(info: ScopeInfo) -> ScopeOut:
     return ScopeOut(name=info.name, head=info.head, parent=info.parent,
                     fork_point=info.fork_point, backend=info.backend)
+
+
+def _gate_item(held: Held) -> GateItem:
+    return GateItem(id=held.id, rule=str(held.rule), summary=held.effect.summary(status=False),
+                    effect=held.effect)
 
 
 def _result(r: Result) -> ResultOut:
@@ -354,7 +360,7 @@ async def blob(request: web.Request) -> web.Response:
 async def gate_pending(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
     Tokens.require_admin(who)
-    items = [GateItem(id=h.id, rule=str(h.rule), effect=h.effect) for h in hub.gate.pending()]
+    items = [_gate_item(h) for h in hub.gate.pending()]
     return _json(GatePending(items=items))
 
 
@@ -363,7 +369,7 @@ async def _gate_answer(request: web.Request, approve: bool) -> web.Response:
     Tokens.require_admin(who)
     req = await _body(request, GateAnswer)
     held = hub.gate.answer(request.match_info["id"], approve, req.reason)
-    return _json(GateItem(id=held.id, rule=str(held.rule), effect=held.effect))
+    return _json(_gate_item(held))
 
 
 async def gate_approve(request: web.Request) -> web.Response:

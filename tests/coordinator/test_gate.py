@@ -29,6 +29,7 @@ async def test_gate_holds_matching_writes_until_approved_or_rejected(tmp_path, s
         pending = asyncio.create_task(c.write("a", "src/held.py", b"x = 1\n"))
         [item] = await _held(c)
         assert item.rule == "fs.write:src/*" and item.effect.intent.path == "src/held.py"
+        assert item.summary == "fs.write src/held.py"
         assert not pending.done()
         await c.approve(item.id, "looks fine")
         r = await pending
