@@ -3,10 +3,9 @@ the reviewers, held in the aiohttp app under one typed key."""
 
 from __future__ import annotations
 
-import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,14 +83,9 @@ class Hub:
             self.t.require(who, name, self.c)
         return self.c.scope(name)
 
-    @contextmanager
-    def timed(self, kind: str) -> Iterator[None]:
+    def timed(self, kind: str) -> ContextManager[None]:
         """Time spent inside the coordinator for one effect (`corral_effect_seconds`)."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.c.metrics.effect_seconds.labels(kind).observe(time.perf_counter() - start)
+        return self.c.metrics.effect_seconds.labels(kind).time()
 
     def policies(self) -> list[Policy]:
         from ._guard import ConflictGuard

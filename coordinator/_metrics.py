@@ -3,10 +3,9 @@ in one process, as in tests and benchmarks, do not collide)."""
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager as ContextManager
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -74,13 +73,9 @@ class Metrics:
     def decision(self, kind: str, verdict: str) -> None:
         self.effects.labels(kind, verdict).inc()
 
-    @contextmanager
-    def timed(self, op: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.op_seconds.labels(op).observe(time.perf_counter() - start)
+    def timed(self, op: str) -> ContextManager[None]:
+        """Time a scope operation (`corral_scope_operation_seconds{op}`)."""
+        return self.op_seconds.labels(op).time()
 
     def watch_journal(self, journal: Journal) -> None:
         """Export the journal's checkpoints and the bytes it holds."""
