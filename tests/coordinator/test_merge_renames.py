@@ -3,11 +3,10 @@ file to its new name, and the merged tree is the one `git merge-tree` gives."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from coordinator import Coordinator
+from tests.coordinator.test_laws import git_merge_tree
 
 LINES = [f"line {i}\n" for i in range(1, 21)]
 
@@ -17,12 +16,6 @@ def text(changes: dict[int, str]) -> bytes:
     for n, t in changes.items():
         lines[n - 1] = t + "\n"
     return "".join(lines).encode()
-
-
-def git_merge_tree(git_dir, ours: str, theirs: str) -> tuple[int, str]:
-    proc = subprocess.run(["git", "--git-dir", str(git_dir), "merge-tree", "--write-tree",
-                           ours, theirs], capture_output=True, text=True)
-    return proc.returncode, proc.stdout.split("\n", 1)[0]
 
 
 async def rename(scope, old: str, new: str, data: bytes) -> None:
@@ -40,8 +33,8 @@ async def test_an_edit_follows_the_rename(tmp_path, sample_repo, renamer):
         await rename(mover, "src/app.py", "src/main.py", text({2: "moved"}))
         assert (await editor.write("src/app.py", text({15: "edited"}))).ok
         await coord.checkpoint()
-        code, want_tree = git_merge_tree(coord.trace.path, a.head, b.head)
-        assert code == 0  # git merges it cleanly too
+        want_tree, git_conflicts = git_merge_tree(str(coord.trace.path), a.head, b.head)
+        assert want_tree is not None and not git_conflicts  # git merges it cleanly too
         m = await a.merge(b)
         assert m.commit is not None and not m.conflicts
         assert str(coord.trace.commit(m.commit).tree_id) == want_tree
