@@ -233,7 +233,8 @@ def three_way(
                 changes[out] = o if strategy in ("ours", "union") else t
             else:
                 changes[out] = (trace.write_blob(merged.contents), merged.mode or o[1])
-            if changes[out] == d_ours.get(out, side(ours_t, out)):
+            mine = d_ours[out] if out in d_ours else side(ours_t, out)
+            if changes[out] == mine:
                 del changes[out]  # already so in our tree
             return None
         kind: ConflictKind = "content" if anc is not None else "add/add"
