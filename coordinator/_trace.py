@@ -169,7 +169,12 @@ class Trace:
 
     def commit(self, rev: str) -> pygit2.Commit:
         """Resolve a commit id (full or abbreviated) or ref; raises NotFound."""
-        rev = self.journal.refs.get(rev) or rev
+        refs = self.journal.refs
+        if rev in refs:  # a ref moved (or deleted) since the last checkpoint
+            target = refs[rev]
+            if target is None:
+                raise NotFound(f"unknown commit {rev!r}")
+            rev = target
         try:
             return self.repo.revparse_single(rev).peel(pygit2.Commit)
         except (KeyError, ValueError, pygit2.GitError) as e:
@@ -310,8 +315,12 @@ class Trace:
     def refs(self, prefix: str) -> list[str]:
         names = {r for r in self.repo.references if r.startswith(prefix)}
         for name, target in list(self.journal.refs.items()):
-            if name.startswith(prefix):
-                (names.add if target is not None else names.discard)(name)
+            if not name.startswith(prefix):
+                continue
+            if target is None:
+                names.discard(name)
+            else:
+                names.add(name)
         return sorted(names)
 
     def entry_of(self, commit: pygit2.Commit) -> TraceEntry:

@@ -149,3 +149,20 @@ async def test_trace_cli_reads_the_journal_and_graph_says_what_git_cannot_see(
         graph = runner.invoke(app, ["trace", "graph", "--state", str(state)])
         assert graph.exit_code == 0
         assert "not yet checkpointed" in graph.output
+
+
+async def test_a_ref_deleted_in_the_journal_is_gone_before_the_checkpoint(tmp_path, sample_repo):
+    """Discarding moves the scope's ref to the archive: until the checkpoint the
+    old ref is still on disk, and must not be resolved from there."""
+    from coordinator import NotFound
+
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        a = await coord.root.fork("a")
+        await coord.checkpoint()  # the scope's ref is on disk now
+        await a.discard()
+        ref = "refs/corral/scopes/a"
+        assert git(tmp_path / "s" / "trace.git", "rev-parse", ref).returncode == 0
+        assert coord.trace.ref(ref) is None
+        assert "a" not in coord.trace.scope_names()
+        with pytest.raises(NotFound):
+            coord.trace.commit(ref)
