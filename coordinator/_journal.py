@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
+from pygit2.enums import ObjectType
 
 from ._errors import StateError
 
@@ -162,8 +163,8 @@ class Journal:
 
     def write_blob(self, data: bytes) -> str:
         """Store a blob without a trip through libgit2 (no existence probes)."""
-        oid = object_id(3, data)
-        self.add_object(oid, 3, data)
+        oid = object_id(ObjectType.BLOB, data)
+        self.add_object(oid, ObjectType.BLOB, data)
         return oid
 
     def move_ref(self, name: str, oid: str | None) -> None:
@@ -352,7 +353,9 @@ class Journal:
             for kind, payload in _records(data):
                 if kind == b"O":
                     oid = payload[1:21].hex()
-                    self.objects[oid] = (payload[0], payload[21:])
+                    if oid not in self.objects:
+                        self.objects[oid] = (payload[0], payload[21:])
+                        self.held_bytes += len(payload) - 21
                 else:
                     target = payload[:20]
                     self.refs[payload[20:].decode()] = None if target == _ZERO else target.hex()

@@ -75,6 +75,7 @@ async def test_a_torn_tail_is_dropped_and_the_rest_replayed(tmp_path, sample_rep
     async with Coordinator.open(tmp_path / "s") as coord:
         assert coord.scope("a").head == acked.commit
         assert coord.trace.ref("refs/x") is None
+        assert coord.trace.journal.held_bytes == 0  # replayed, then checkpointed
         assert await coord.scope("a").read("kept.txt") == b"kept\n"
     assert git(git_dir, "fsck", "--strict").returncode == 0
 
