@@ -64,7 +64,7 @@ __all__ = [
 API_VERSION = "1"
 
 ScopeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-RelPath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+RelPath = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 Cause = Annotated[str | None, Field(default=None, max_length=200)]
 
 
@@ -79,7 +79,8 @@ def b64(data: bytes) -> str:
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict: `false` is not a number and `0` is not a boolean, as the schema says.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class _PathRequest(_Request):
@@ -133,7 +134,9 @@ class DeleteRequest(_PathRequest):
 
 class ExecRequest(_Request):
     argv: Annotated[list[Annotated[str, StringConstraints(max_length=65536)]],
-                    Field(min_length=1, max_length=4096)]
+                    Field(min_length=1, max_length=4096,
+                          # the program (argv[0]) cannot be empty: say so in the schema
+                          json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1}]})]
     timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
     """Seconds before the command is killed."""
     network: bool = False

@@ -14,9 +14,9 @@ import fcntl
 import logging
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,7 +25,7 @@ import sandboxes
 from sandboxes import Backend, SandboxError, Workspace
 
 from ._effects import Effect
-from ._errors import CorralError, SandboxFailure, StateError, UnknownScope
+from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
 from ._events import EventBus
 from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
@@ -77,6 +77,8 @@ class Coordinator:
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
+        self._forking: set[str] = set()
+        """Names claimed by forks in progress (see `_claim_name`)."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -238,6 +240,21 @@ class Coordinator:
             waiters = self._settle_waiters.get(name, [])
             if waiter in waiters:
                 waiters.remove(waiter)
+
+    @contextmanager
+    def _claim_name(self, name: str) -> Iterator[None]:
+        """Hold scope name `name` for a fork in progress (released when it ends;
+        by then the scope is registered or the fork failed). Raises
+        ScopeExists when a live scope or another fork has it. Synchronous, so
+        the check and the claim are one step on the event loop."""
+        live = self.scopes.get(name)
+        if (live is not None and not live.discarded) or name in self._forking:
+            raise ScopeExists(f"scope {name!r} already exists")
+        self._forking.add(name)
+        try:
+            yield
+        finally:
+            self._forking.discard(name)
 
     def _settled(self, name: str, how: Settled) -> None:
         """Scope `name` was merged somewhere or discarded: wake who waits on it."""

@@ -9,6 +9,7 @@ model requests) are git blobs referenced by their hex id, so commits stay small.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -344,4 +345,12 @@ class Effect(_Record):
             case SupervisorAction():
                 detail = f"{i.action} {i.target}"
         mark = "" if self.status == "materialized" or not status else f" [{self.status}]"
-        return f"{i.kind} {detail}{mark}"
+        # One line whatever a path or argv holds: the subject ends at the first newline.
+        return _CONTROL.sub(_escape, f"{i.kind} {detail}{mark}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"

@@ -140,9 +140,21 @@ class Journal:
             if replayed:
                 self._generation = replayed[-1] + 1
             self._open_generation()
+            self._salvage_invalid_refs()
             if replayed:
                 # What a killed coordinator left: into the repository now.
                 self.checkpoint()
+
+    def _salvage_invalid_refs(self) -> None:
+        """Move replayed refs git refuses (a scope named `a..b` or `x.`, which
+        versions before names were checked accepted) to a valid archive name:
+        the checkpoint can then write them, and their history stays reachable."""
+        for name, target in list(self.refs.items()):
+            if pygit2.reference_is_valid_name(name):
+                continue
+            del self.refs[name]
+            if target is not None:
+                self.move_ref(f"refs/corral/archive/invalid-name-{target[:12]}", target)
 
     # -- recording ------------------------------------------------------------
 

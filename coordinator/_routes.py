@@ -62,7 +62,15 @@ def _json(model: BaseModel) -> web.Response:
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
-    raw = await request.read()
+    # A client that sends less than its Content-Length gets 408, instead of
+    # holding the connection (and its handler) forever.
+    try:
+        raw = await asyncio.wait_for(request.read(), request.app[HUB].config.body_timeout)
+    except TimeoutError as e:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within "
+                 f"{request.app[HUB].config.body_timeout:g} s (shorter than its Content-Length?)"
+        ) from e
     return model.model_validate_json(raw if raw.strip() else b"{}")
 
 
@@ -156,7 +164,7 @@ async def fork(request: web.Request) -> web.Response:
     req = await _body(request, ForkRequest)
     child = await scope.fork(req.name)
     return _json(ForkResponse(scope=_scope_out(child.info()),
-                              token=hub.t.issue(child.name, child.fork_point)))
+                              token=hub.t.issue(child)))
 
 
 async def read_file(request: web.Request) -> web.Response:

@@ -9,7 +9,6 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,14 +40,13 @@ from ._errors import (
     RewindError,
     SandboxFailure,
     ScopeDiscarded,
-    ScopeExists,
 )
 from ._events import Event
 from ._history import History
 from ._ignore import IgnoreRules
 from ._live import LiveWrites, attach_live
 from ._patch import apply_unified_diff
-from ._paths import check_path, resolve_in
+from ._paths import check_path, check_scope_name, resolve_in
 from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 
@@ -59,8 +57,6 @@ __all__ = ["Scope"]
 
 _INLINE_BYTES = 64 * 1024
 """Blobs and file reads up to this size are done on the event loop's thread."""
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class Scope(EffectPath, History):
@@ -356,12 +352,16 @@ class Scope(EffectPath, History):
         RewindError when `at` is not in this scope's history.
         """
         coord = self._coord
-        if not _NAME.match(name) or name.endswith(".lock"):
-            raise PathError(f"invalid scope name {name!r}: use letters, digits, '.', '_', '-'")
+        check_scope_name(name)
+        # Claim the name before any await: two parents forking the same name at
+        # once hold different scope locks, and only one of them may win.
+        with coord._claim_name(name):
+            return await self._fork(name, at)
+
+    async def _fork(self, name: str, at: str | None) -> Scope:
+        coord = self._coord
         async with self._lock:
             self._check_live()
-            if name in coord.scopes and not coord.scopes[name].discarded:
-                raise ScopeExists(f"scope {name!r} already exists")
             head = self.head
             if at is not None:
                 at = str((await coord.io(coord.trace.commit, at)).id)

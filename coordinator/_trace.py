@@ -324,7 +324,8 @@ class Trace:
         return sorted(names)
 
     def entry_of(self, commit: pygit2.Commit) -> TraceEntry:
-        subject, _, body = commit.message.partition("\n\n")
+        message = commit.message
+        subject, _, body = message.partition("\n\n")
         effect = None
         body = body.strip()
         if body.startswith("{"):
@@ -332,6 +333,16 @@ class Trace:
                 effect = Effect.model_validate_json(body)
             except ValueError:
                 effect = None
+        if effect is None and "\n\n{" in message:
+            # Records written before subjects were kept to one line: a path with
+            # blank lines in it split the subject; the record is the JSON after it.
+            at = message.find("\n\n{")
+            while effect is None and at != -1:
+                try:
+                    effect = Effect.model_validate_json(message[at:].strip())
+                    subject = message[:at].replace("\n", " ")
+                except ValueError:
+                    at = message.find("\n\n{", at + 1)
         return TraceEntry(
             commit=str(commit.id),
             parents=tuple(str(p) for p in commit.parent_ids),
