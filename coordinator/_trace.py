@@ -13,6 +13,7 @@ append, moved into the repository as a pack at each checkpoint.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -46,6 +47,33 @@ class TraceEntry:
     tree: str
     effect: Effect | None
     subject: str
+
+
+_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
+"""One entry of a raw git tree object: mode, name, raw object id."""
+
+
+def _changed_entries(
+    old: bytes, new: bytes
+) -> tuple[dict[str, tuple[bytes, int]], dict[str, tuple[bytes, int]]]:
+    """The entries of two raw tree objects that are not byte-equal in both, as
+    name -> (raw object id, mode). Equal entries are dropped before any is
+    decoded: a one-file change costs two C-level splits of the directory."""
+    a = set(_ENTRY_SPAN.findall(old))
+    b = set(_ENTRY_SPAN.findall(new))
+    return _decode(a - b), _decode(b - a)
+
+
+_ENTRY_SPAN = re.compile(rb"\d+ [^\0]*\0.{20}", re.S)
+
+
+def _decode(entries: Iterable[bytes]) -> dict[str, tuple[bytes, int]]:
+    out: dict[str, tuple[bytes, int]] = {}
+    for raw in entries:
+        m = _ENTRY.fullmatch(raw)
+        assert m is not None
+        out[m[2].decode("utf-8", "surrogateescape")] = (m[3], int(m[1], 8))
+    return out
 
 
 class Trace:
@@ -181,11 +209,22 @@ class Trace:
             raise NotFound(f"unknown commit {rev!r}", cause=e) from e
 
     def tree(self, oid: str) -> pygit2.Tree:
-        """The tree object with id `oid`."""
+        """The tree object with id `oid` (a commit id gives its tree)."""
         return self.repo[oid].peel(pygit2.Tree)
 
     def tree_of(self, commit: str) -> pygit2.Tree:
         return self.commit(commit).tree
+
+    def tree_id(self, rev: str) -> str:
+        """The tree that `rev` names: a tree id as it is, a commit id (full or
+        abbreviated) or ref as its commit's tree. Raises NotFound."""
+        try:
+            obj = self.repo[rev]
+        except (KeyError, ValueError):
+            obj = None
+        if obj is not None and obj.type == ObjectType.TREE:
+            return str(obj.id)
+        return str(self.commit(rev).tree_id)
 
     def entry(self, tree: pygit2.Tree, path: str) -> pygit2.Object | None:
         try:
@@ -193,10 +232,13 @@ class Trace:
         except KeyError:
             return None
 
-    def read(self, commit: str, path: str) -> bytes:
-        obj = self.entry(self.tree_of(commit), path)
+    def read(self, rev: str, path: str) -> bytes:
+        """The content of file `path` in `rev`: a commit (id or ref) or a tree id,
+        such as `MergeResult.tree` of a dry run. Raises NotFound when `rev` is
+        unknown or holds no file at `path`."""
+        obj = self.entry(self.tree(self.tree_id(rev)), path)
         if obj is None or obj.type != ObjectType.BLOB:
-            raise NotFound(f"no file {path!r} at {commit[:12]}")
+            raise NotFound(f"no file {path!r} at {rev[:12]}")
         return obj.read_raw()
 
     # -- trees ----------------------------------------------------------------
@@ -248,23 +290,58 @@ class Trace:
         return builder.write()
 
     def diff_trees(self, old: str, new: str) -> dict[str, tuple[str, int] | None]:
-        """Paths that differ from tree `old` to tree `new` (cost follows the change)."""
+        """Paths that differ from tree `old` to tree `new`: path -> (blob id, mode)
+        in `new`, or None where `new` has no file there. No rename detection.
+
+        Cost follows the change: subtrees with equal ids are skipped unread, so
+        a one-file change in a 16k-file tree reads only the directories on its
+        way (libgit2's tree diff walks every entry of both trees).
+        """
         out: dict[str, tuple[str, int] | None] = {}
-        if old == new:
-            return out
-        diff = self.tree(old).diff_to_tree(self.tree(new))
-        for delta in diff.deltas:
-            if delta.status_char() == "D":
-                out[delta.old_file.path] = None
-            else:
-                if delta.status_char() == "T" or delta.old_file.path != delta.new_file.path:
-                    out.setdefault(delta.old_file.path, None)
-                out[delta.new_file.path] = (str(delta.new_file.id), delta.new_file.mode)
+        if old != new:
+            self._diff_walk(self.tree(old).id.raw, self.tree(new).id.raw, "", out)
         return out
 
+    def _diff_walk(
+        self, old: bytes | None, new: bytes | None, prefix: str,
+        out: dict[str, tuple[str, int] | None],
+    ) -> None:
+        a, b = _changed_entries(
+            self._raw_tree(old) if old is not None else b"",
+            self._raw_tree(new) if new is not None else b"",
+        )
+        for name in sorted(a.keys() | b.keys()):
+            was, now = a.get(name), b.get(name)
+            if was == now:
+                continue
+            path = prefix + name
+            was_dir = was is not None and was[1] == TREE_MODE
+            now_dir = now is not None and now[1] == TREE_MODE
+            if was_dir or now_dir:
+                self._diff_walk(
+                    was[0] if was_dir and was else None,
+                    now[0] if now_dir and now else None,
+                    path + "/",
+                    out,
+                )
+            if now is not None and not now_dir:
+                out[path] = (now[0].hex(), now[1])
+            elif was is not None and not was_dir:
+                out[path] = None
+
+    def _raw_tree(self, oid: bytes) -> bytes:
+        kind, data = self.repo.odb.read(pygit2.Oid(raw=oid))
+        if kind != ObjectType.TREE:
+            raise NotFound(f"{oid.hex()} is not a tree")
+        return data
+
+    def tree_paths(self, tree: str) -> list[str]:
+        """Every file path of `tree` (a tree or commit id, or a ref), sorted."""
+        return sorted(p for p, _, _ in self.iter_files(self.tree_id(tree)))
+
     def iter_files(self, tree: str) -> Iterator[tuple[str, str, int]]:
-        """Every file of a tree as (path, blob id, mode)."""
-        stack: list[tuple[str, pygit2.Tree]] = [("", self.tree(tree))]
+        """Every file of a tree (a tree or commit id) as (path, blob id, mode)."""
+        stack: list[tuple[str, pygit2.Tree]] = [("", self.tree(self.tree_id(tree)))]
         while stack:
             prefix, t = stack.pop()
             for e in t:
