@@ -20,17 +20,26 @@ import functools
 import itertools
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, ExecResult, SandboxError, Workspace
-from ._exec import run_isolated
+from ._base import Backend, ExecResult, Limits, SandboxError, Workspace
+from ._exec import SANDBOX_UID, clear_exec_base, run_isolated, sandbox_idmap, scratch_dir
 from ._files import ensure_base, leaves
 from ._layers import copy_layer, squash_layers, upper_changes
-from ._mount import MountError, is_busy, mount_overlay, mount_tmpfs, mounts_under, umount
+from ._mount import (
+    MountError,
+    idmapped_tree,
+    is_busy,
+    mount_overlay,
+    mount_tmpfs,
+    mounts_under,
+    umount,
+)
 
 __all__ = ["OverlayBackend"]
 
@@ -134,28 +143,30 @@ class OverlayWorkspace(Workspace):
         timeout: float,
         env: Mapping[str, str] | None = None,
         network: bool = False,
+        limits: Limits | None = None,
+        toolchain: Sequence[Path] = (),
     ) -> ExecResult:
-        """Run `argv` in a nested overlay over this workspace's mount; returns its
+        """Run `argv` in a throwaway overlay over this workspace's layers; returns its
         changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
         self._check_live()
+        limits = limits or Limits()
         backend = self._backend
-        scratch = backend._state / "R" / backend._next_id()
-        upper, work, merged = (scratch.with_name(scratch.name + s) for s in "uwm")
+        # the layers stay while the command reads them, even if a fork squashes
+        lowers = self._lowers
+        backend._hold(lowers)
         try:
-            for d in (upper, work, merged):
-                d.mkdir()
-            # a nested overlay (stack depth 2) reads the workspace live, no freeze
-            mount_overlay(merged, (self.path,), upper, work)
-            try:
-                done = run_isolated(
-                    merged, argv, timeout=timeout, env=env, network=network, hide=[backend.root]
-                )
-                changes = upper_changes(upper, self.path)
-            finally:
-                _umount_quietly(merged)
+            with scratch_dir(backend.root) as scratch:
+                upper, merged, tmp = _mount_throwaway(scratch, (self.upper, *lowers), limits)
+                try:
+                    done = run_isolated(
+                        merged, argv, timeout=timeout, env=env, network=network,
+                        hide=[backend.root], limits=limits, toolchain=toolchain, tmp=tmp,
+                    )
+                    changes = upper_changes(upper, self.path)
+                finally:
+                    _umount_quietly(merged)
         finally:
-            for d in (upper, work, merged):
-                shutil.rmtree(d, ignore_errors=True)
+            backend._release(lowers)
         return ExecResult(
             returncode=done.returncode,
             stdout=done.stdout,
@@ -164,6 +175,7 @@ class OverlayWorkspace(Workspace):
             timed_out=done.timed_out,
             duration_s=done.duration_s,
             meta={"backend": "overlay"},
+            truncated=done.truncated,
         )
 
     def discard(self) -> None:
@@ -183,6 +195,40 @@ class OverlayWorkspace(Workspace):
     def layer_bytes(self) -> int:
         """Bytes of files in this workspace's upper layer."""
         return sum(st.st_size for _, st in leaves(self.upper))
+
+
+def _mount_throwaway(
+    scratch: Path, layers: tuple[Path, ...], limits: Limits
+) -> tuple[Path, Path, Path]:
+    """Mount a run's layer (a tmpfs of limits.layer bytes at `scratch`) and /tmp
+    (one of limits.tmp bytes), and the overlay of `layers` under that layer.
+    Returns (upper, merged, tmp).
+
+    As root, the command runs as SANDBOX_UID: the layers are seen through
+    idmapped mounts that show their root-owned files as that user's, and the
+    upper belongs to it, so the command may change every file and the layers
+    on disk stay root's. (overlayfs itself cannot be idmapped; its layers can.)
+    """
+    mount_tmpfs(scratch, mode=0o711, size=limits.layer)
+    upper, work, merged, tmp = (scratch / d for d in ("u", "w", "m", "t"))
+    for d in (upper, work, merged, tmp):
+        d.mkdir()
+    mount_tmpfs(tmp, mode=0o1777, size=limits.tmp)
+    idmap = sandbox_idmap()
+    if idmap is None:
+        mount_overlay(merged, layers, upper, work)
+        return upper, merged, tmp
+    os.chown(upper, SANDBOX_UID, SANDBOX_UID)
+    os.chmod(upper, stat.S_IMODE(os.stat(layers[0]).st_mode))
+    fds: list[int] = []
+    try:
+        for layer in layers:
+            fds.append(idmapped_tree(layer, idmap))
+        mount_overlay(merged, [Path(f"/proc/self/fd/{fd}") for fd in fds], upper, work)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return upper, merged, tmp
 
 
 def _umount_quietly(target: Path) -> None:
@@ -222,6 +268,7 @@ class OverlayBackend(Backend):
         self._base_lock = threading.Lock()
         self._closed = False
         _unmount_all(self.root)
+        clear_exec_base(self.root)
         self._state = self.root / "t" if tmpfs else self.root
         for d in ("t", *_STATE_DIRS):
             shutil.rmtree(self.root / d, ignore_errors=True)
@@ -244,6 +291,7 @@ class OverlayBackend(Backend):
             with contextlib.suppress(OSError):
                 ws.discard()
         _unmount_all(self.root)
+        clear_exec_base(self.root)
         self._closed = True
 
     # ---- internals used by OverlayWorkspace
