@@ -5,7 +5,10 @@ Layout under `root` (names short: mount data is limited to one page)::
     B/<hash>, B/<hash>.done   base layers, kept across runs (marker = complete)
     L/<n>                     frozen layers, shared, reference-counted
     U/<n>  W/<n>.<gen>  M/<n> a workspace's upper, workdir (fresh per mount), mount point
-    R/<n>/{u,w,m}             a run's throwaway child layer over M/<n>
+
+A run's throwaway layer is not under `root` but in a scratch directory the
+unprivileged sandbox can reach (see `_exec.scratch_dir`): a sized tmpfs holding
+{u,w,m,t}, with the overlay of idmapped copies of U/<n> and its lowers at m.
 
 Every mount is `volatile` (umount without syncfs: ~0.1 ms instead of ~140 ms on
 ext4); after a crash workspaces are rebuilt from the trace, never from disk.
@@ -93,20 +96,27 @@ class OverlayWorkspace(Workspace):
             raise SandboxError(f"workspace {self.name!r} was discarded")
 
     def fork(self, name: str) -> OverlayWorkspace:
-        """A child over this workspace's current state. Freezes the upper into a
-        shared layer when nothing uses the mount; when a process does (umount
-        says EBUSY) the child gets a copy of the upper and this mount stays."""
+        """A child over this workspace's current state (see _freeze)."""
+        lowers, owned = self._freeze()
+        return self._backend._workspace(name, lowers, owned=owned)
+
+    def _freeze(self) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+        """This workspace's current state as read-only layers (topmost first), for
+        a child or a run. Freezes the upper into a shared layer when nothing uses
+        the mount; when a process does (umount says EBUSY) the upper is copied
+        into a new layer and this mount stays. Returns (layers, owned): `owned`
+        were made for the caller and hold one reference it must take over."""
         self._check_live()
         backend = self._backend
         if not any(os.scandir(self.upper)):
-            return backend._workspace(name, self._lowers)
+            return self._lowers, ()
         try:
             umount(self.path)
         except MountError as err:
             if not is_busy(err):
                 raise SandboxError(f"cannot freeze workspace {self.name!r}", cause=err) from err
             layer = backend._new_layer(lambda dst: copy_layer(self.upper, dst))
-            return backend._workspace(name, (layer, *self._lowers), owned=(layer,))
+            return (layer, *self._lowers), (layer,)
         self._drop_work()
         layer = backend._new_layer(lambda dst: os.rename(self.upper, dst))
         created = [layer]
@@ -134,7 +144,7 @@ class OverlayWorkspace(Workspace):
         backend._hold(self._lowers)
         backend._release(old_lowers)
         backend._release(created)  # the parent's hold replaces the creation holds
-        return backend._workspace(name, self._lowers)
+        return self._lowers, ()
 
     def run(
         self,
@@ -148,15 +158,16 @@ class OverlayWorkspace(Workspace):
     ) -> ExecResult:
         """Run `argv` in a throwaway overlay over this workspace's layers; returns its
         changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
-        self._check_live()
         limits = limits or Limits()
         backend = self._backend
-        # the layers stay while the command reads them, even if a fork squashes
-        lowers = self._lowers
+        # Frozen layers only: an upper mounted read-write must never be another
+        # mount's lower. They stay held while the command reads them.
+        lowers, owned = self._freeze()
         backend._hold(lowers)
+        backend._release(owned)
         try:
             with scratch_dir(backend.root) as scratch:
-                upper, merged, tmp = _mount_throwaway(scratch, (self.upper, *lowers), limits)
+                upper, merged, tmp = _mount_throwaway(scratch, lowers, limits)
                 try:
                     done = run_isolated(
                         merged, argv, timeout=timeout, env=env, network=network,
