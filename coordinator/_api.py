@@ -281,6 +281,8 @@ class ExecResultOut(ResultOut):
     stdout_b64: str | None = None
     stderr_b64: str | None = None
     timed_out: bool = False
+    truncated: bool = False
+    """stdout or stderr passed the output limit: only its first bytes are here."""
 
 
 class ReadResponse(_Response):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import sandboxes
-from sandboxes import Backend, SandboxError, Workspace
+from sandboxes import Backend, Limits, SandboxError, Workspace
 
 from ._effects import Effect
 from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
@@ -76,6 +76,13 @@ class Coordinator:
         self.defer_timeout = DEFER_TIMEOUT_S
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
+        self.exec_limits = Limits()
+        """What one command may use (processes, memory, output, file and layer
+        size, the longest timeout); raise a field with dataclasses.replace."""
+        self.toolchain: tuple[Path, ...] = ()
+        """Host directories a command sees read-only (their bin/ first on its PATH):
+        a virtualenv, a language toolchain. Nothing else of the host's is shown
+        beyond the system directories."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
         self._forking: set[str] = set()
         """Names claimed by forks in progress (see `_claim_name`)."""

@@ -122,6 +122,9 @@ class Exec(_Record):
     argv: tuple[str, ...]
     timeout: float
     network: bool = False
+    env: dict[str, str] | None = None
+    """The command's whole environment, set inside its sandbox only; None: the
+    default (PATH from the toolchain and the system, HOME=/tmp, LANG, TMPDIR)."""
     changes: tuple[FileChange, ...] | None = None
     """None when the command is asked to run; the files it changed when its
     outcome is asked to be applied (the second review of a transactional exec)."""
@@ -249,6 +252,8 @@ class ExecOutcome(_Record):
     duration_s: float = 0.0
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
+    truncated: bool = False
+    """stdout or stderr passed the output limit: only its first bytes were kept."""
 
 
 class Usage(_Record):

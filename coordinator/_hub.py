@@ -11,6 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from sandboxes import Limits
+
 from ._auth import Principal, Tokens
 from ._coordinator import Coordinator
 from ._events import Event, Subscription
@@ -42,6 +44,10 @@ class ServerConfig:
     defer_timeout: float | None = None
     """Seconds a deferred intent waits for its scope to merge (None: the
     coordinator's default, `DEFER_TIMEOUT_S`)."""
+    exec_limits: Limits | None = None
+    """What one command may use (None: the defaults of `sandboxes.Limits`)."""
+    toolchain: Sequence[Path] = ()
+    """Host directories commands see read-only, their bin/ first on PATH."""
     admin_token: str | None = None
     """None: a random one (read it from `Hub.tokens.admin`)."""
     max_body: int = DEFAULT_MAX_BODY

@@ -221,7 +221,7 @@ async def exec_(request: web.Request) -> web.Response:
         trace = hub.c.trace
         stdout, stderr = await hub.c.io(lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
-                    timed_out=out.timed_out)
+                    timed_out=out.timed_out, truncated=out.truncated)
     return _json(ExecResultOut.model_validate(base))
 
 

@@ -265,22 +265,30 @@ class Scope(EffectPath, History):
         """
         if not argv or not all(isinstance(a, str) for a in argv):
             raise CorralError("argv must be a non-empty list of strings")
-        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network)
-        return await self.perform(intent, lambda i: self._act_exec(i, env), cause=cause)
+        limit = self._coord.exec_limits.timeout_max
+        if not 0 < timeout <= limit:
+            raise CorralError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
+                              f"timeout_max), not {timeout}")
+        if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
+            raise CorralError("env names must be non-empty, without '=' or NUL")
+        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
+                      env=dict(env) if env is not None else None)
+        return await self.perform(intent, self._act_exec, cause=cause)
 
-    async def _act_exec(
-        self, intent: Intent, env: Mapping[str, str] | None
-    ) -> tuple[Outcome, TreeChanges]:
+    async def _act_exec(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         assert isinstance(intent, Exec)
         coord = self._coord
         trace = coord.trace
         try:
+            # the env of the intent as decided: a policy may have rewritten it
             run = await coord.io(
                 self.workspace.run,
                 list(intent.argv),
                 timeout=intent.timeout,
-                env=env,
+                env=intent.env,
                 network=intent.network,
+                limits=coord.exec_limits,
+                toolchain=coord.toolchain,
             )
         except Exception as e:
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
@@ -303,6 +311,7 @@ class Scope(EffectPath, History):
                 duration_s=round(run.duration_s, 6),
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
+                truncated=run.truncated,
             )
             return outcome, tracked, files
 

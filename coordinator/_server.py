@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -98,6 +99,9 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
         coord.events.listen(hub.on_event)
         if cfg.defer_timeout is not None:
             coord.defer_timeout = cfg.defer_timeout
+        if cfg.exec_limits is not None:
+            coord.exec_limits = cfg.exec_limits
+        coord.toolchain = tuple(Path(t).resolve() for t in cfg.toolchain)
         try:
             yield
         finally:
