@@ -236,7 +236,10 @@ class FsOutcome(_Record):
     kind: Literal["fs"] = "fs"
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
-    """Paths written to the workspace but not recorded (matched by .gitignore)."""
+    """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
+    ignored_files: tuple[FileChange, ...] = ()
+    """Those paths' new content (blob None: deleted): kept beside the tree, so
+    a restart restores them (see `_ignore.ignored_state`)."""
 
 
 class ExecOutcome(_Record):
@@ -249,6 +252,8 @@ class ExecOutcome(_Record):
     duration_s: float = 0.0
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
+    ignored_files: tuple[FileChange, ...] = ()
+    """The ignored paths' new content, as in FsOutcome."""
 
 
 class Usage(_Record):

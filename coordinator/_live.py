@@ -252,8 +252,9 @@ class LiveWrites:
                 intent: Intent | None = fsop
                 outcome: FsOutcome | None = None
             else:
-                tracked, ignored = await coord.io(self._changes, paths)
-                outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored))
+                tracked, ignored, kept = await coord.io(self._changes, paths)
+                outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored),
+                                    ignored_files=tuple(kept))
                 changes = {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
                 intent = fsop
                 if fsop is None:
@@ -283,9 +284,12 @@ class LiveWrites:
             return None, 0o100644
         return self._coord.trace.write_blob(entry[1]), entry[0]
 
-    def _changes(self, paths: list[str]) -> tuple[list[FileChange], list[str]]:
+    def _changes(
+        self, paths: list[str]
+    ) -> tuple[list[FileChange], list[str], list[FileChange]]:
         """The files under `paths` that differ between the scope's head tree and the
-        backing tree, split into tracked changes and ignored paths."""
+        backing tree, split into tracked changes and ignored paths, and the
+        ignored files' changes (those outside `.git`: kept beside the tree)."""
         scope, trace = self._scope, self._coord.trace
         root = scope.workspace.backing
         head = trace.tree_of(scope.head)
@@ -309,7 +313,7 @@ class LiveWrites:
         changes = [found[k] for k in sorted(found)]
         git_meta = [c for c in changes if c.path.split("/", 1)[0] == ".git"]
         tracked, ignored = scope._split_ignored([c for c in changes if c not in git_meta])
-        return tracked, [c.path for c in (*ignored, *git_meta)]
+        return tracked, [c.path for c in (*ignored, *git_meta)], ignored
 
 
 def _tree_leaves(tree: pygit2.Tree, top: str) -> list[tuple[str, tuple[str, int]]]:

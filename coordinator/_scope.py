@@ -270,7 +270,8 @@ class Scope(EffectPath, History):
         except OSError as e:
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored))
+        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
+                            ignored_files=tuple(ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -341,6 +342,7 @@ class Scope(EffectPath, History):
                 duration_s=round(run.duration_s, 6),
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
+                ignored_files=tuple(ignored),
             )
             return outcome, tracked, files
 
