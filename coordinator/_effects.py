@@ -254,6 +254,10 @@ class ExecOutcome(_Record):
     ignored: tuple[str, ...] = ()
     ignored_files: tuple[FileChange, ...] = ()
     """The ignored paths' new content, as in FsOutcome."""
+    review: Decision | None = None
+    """The policy chain's decision on the files the command changed (its second
+    review; None when it changed nothing). The first, on running it, is the
+    effect's `decision`."""
 
 
 class Usage(_Record):

@@ -359,6 +359,7 @@ class Scope(EffectPath, History):
                 intent=reviewed,
             )
             decision = await self._decide(pending, reviewed)
+            outcome = outcome.model_copy(update={"review": decision})
             if not decision.allowed:
                 raise _Blocked(decision, outcome, reviewed)
             await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
