@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -71,6 +72,8 @@ class Coordinator:
         self._lockfile: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
+        self._loop_thread: int | None = None
+        """Its thread's kernel id: a fuse call from it must not wait for the loop."""
         self.live_timeout = LIVE_TIMEOUT_S
         """Seconds the policy chain has to decide on a live call in a fuse workspace
         before the call is denied (and the denial recorded)."""
@@ -111,6 +114,7 @@ class Coordinator:
             cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
         )
         coord._loop = asyncio.get_running_loop()
+        coord._loop_thread = threading.get_native_id()
         try:
             yield coord
         finally:

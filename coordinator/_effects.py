@@ -98,7 +98,7 @@ class FsDelete(_Record):
 
 FsOpKind = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 
 
@@ -114,7 +114,8 @@ class FsOp(_Record):
     path: str
     """Workspace-relative path the call changes (rename: the source)."""
     target: str | None = None
-    """rename: the destination; link: the existing file; symlink: the link's content."""
+    """rename: the destination; link: the existing file; symlink: the link's
+    content; chown: `uid:gid` (-1 leaves one unchanged)."""
 
 
 class Exec(_Record):

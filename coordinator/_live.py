@@ -114,6 +114,15 @@ class LiveWrites:
         """Ask the policy chain; None allows, a reason denies."""
         if self.closing:
             return "the coordinator is closing"
+        if self._from_the_loop():
+            # The loop itself is blocked in this call (a policy or a task writing
+            # through scope.path): asking it would wait on itself until the
+            # timeout. Refuse at once; nothing can be recorded from here either.
+            log.error("%s %s through scope.path from the coordinator's own event loop "
+                      "refused (it would wait on itself): write through the scope's "
+                      "methods or workspace.backing", intent.op, intent.path)
+            return ("a call through scope.path from the coordinator's own event loop "
+                    "cannot be asked (it would wait on itself): use the scope's methods")
         limit = self._coord.live_timeout
         ticket = _Ticket()
         fsop = FsOp(op=intent.op, path=intent.path, target=intent.target)
@@ -135,6 +144,12 @@ class LiveWrites:
         except Exception as e:
             log.exception("asking about %s %s failed", intent.op, intent.path)
             return f"the supervisor could not be asked: {e!r}"
+
+    def _from_the_loop(self) -> bool:
+        from sandboxes.fuse import caller_thread
+
+        loop_thread = self._coord._loop_thread
+        return loop_thread is not None and caller_thread() == loop_thread
 
     def done(self, intent: MutationIntent, /) -> None:
         """Record an allowed call other than a write open, now that it is complete."""
