@@ -367,8 +367,14 @@ class GateItem(_Response):
     id: str
     """Use in /v1/gate/{id}/approve or /reject."""
     rule: str
+    review: Literal["intent", "changes"] = "intent"
+    """"intent": may this run? "changes": the second review of an exec, before
+    the files it changed (`changes`) are applied."""
     summary: str
-    """The effect's one-line summary (what its commit subject will say)."""
+    """The effect's one-line summary (what its commit subject will say); for a
+    second review, followed by the changed paths."""
+    changes: list[FileChange] | None = None
+    """For a second review: the files the command changed (blob None: deleted)."""
     effect: Effect
     """The pending effect (intent proposed, not decided)."""
 

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -22,11 +23,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import sandboxes
-from sandboxes import Backend, Limits, SandboxError, Workspace
+from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
 
 from ._effects import Effect
 from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
 from ._events import EventBus
+from ._ignore import ignored_state
 from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
@@ -70,6 +72,8 @@ class Coordinator:
         self._lockfile: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
+        self._loop_thread: int | None = None
+        """Its thread's kernel id: a fuse call from it must not wait for the loop."""
         self.live_timeout = LIVE_TIMEOUT_S
         """Seconds the policy chain has to decide on a live call in a fuse workspace
         before the call is denied (and the denial recorded)."""
@@ -117,6 +121,7 @@ class Coordinator:
             cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
         )
         coord._loop = asyncio.get_running_loop()
+        coord._loop_thread = threading.get_native_id()
         try:
             yield coord
         finally:
@@ -195,6 +200,11 @@ class Coordinator:
             scope = Scope(self, name, ws, head, fork_point, parent, seq)
             if head_tree != snap_tree:
                 scope._apply_tree_changes(trace.diff_trees(snap_tree, head_tree))
+            # Ignored files are not in the tree: they come back from the records.
+            kept = ignored_state(trace, head, snapshot)
+            if kept:
+                apply_changes(ws.backing, [Change(c.path, trace.blob(c.blob), c.mode)
+                                           for c in kept.values() if c.blob])
             self.scopes[name] = scope
         self.metrics.scope_count(self)
 

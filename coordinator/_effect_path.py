@@ -148,11 +148,17 @@ class EffectPath:
                     return await self._act_and_record(pending, decision, todo, act, parents, tree)
                 outcome, changes = await act(todo)
             except _Blocked as b:
+                # The second review blocked: its decision is the effect's, and the
+                # first one's reason (an approval at the gate, say) stays in it.
+                blocking = b.decision
+                if decision.reason:
+                    blocking = blocking.model_copy(update={
+                        "reason": f"{blocking.reason} (after: {decision.reason})"})
                 return await self._record(
                     pending.model_copy(
                         update={
                             "status": "blocked",
-                            "decision": b.decision,
+                            "decision": blocking,
                             "outcome": b.outcome,
                             "intent": b.intent,
                         }

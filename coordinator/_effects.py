@@ -98,7 +98,7 @@ class FsDelete(_Record):
 
 FsOpKind = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 
 
@@ -114,7 +114,8 @@ class FsOp(_Record):
     path: str
     """Workspace-relative path the call changes (rename: the source)."""
     target: str | None = None
-    """rename: the destination; link: the existing file; symlink: the link's content."""
+    """rename: the destination; link: the existing file; symlink: the link's
+    content; chown: `uid:gid` (-1 leaves one unchanged)."""
 
 
 class Exec(_Record):
@@ -239,7 +240,10 @@ class FsOutcome(_Record):
     kind: Literal["fs"] = "fs"
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
-    """Paths written to the workspace but not recorded (matched by .gitignore)."""
+    """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
+    ignored_files: tuple[FileChange, ...] = ()
+    """Those paths' new content (blob None: deleted): kept beside the tree, so
+    a restart restores them (see `_ignore.ignored_state`)."""
 
 
 class ExecOutcome(_Record):
@@ -254,6 +258,12 @@ class ExecOutcome(_Record):
     ignored: tuple[str, ...] = ()
     truncated: bool = False
     """stdout or stderr passed the output limit: only its first bytes were kept."""
+    ignored_files: tuple[FileChange, ...] = ()
+    """The ignored paths' new content, as in FsOutcome."""
+    review: Decision | None = None
+    """The policy chain's decision on the files the command changed (its second
+    review; None when it changed nothing). The first, on running it, is the
+    effect's `decision`."""
 
 
 class Usage(_Record):

@@ -90,8 +90,10 @@ def _scope_out(info: ScopeInfo) -> ScopeOut:
 
 
 def _gate_item(held: Held) -> GateItem:
-    return GateItem(id=held.id, rule=str(held.rule), summary=held.effect.summary(status=False),
-                    effect=held.effect)
+    intent = held.effect.intent
+    changes = getattr(intent, "changes", None) if held.review == "changes" else None
+    return GateItem(id=held.id, rule=str(held.rule), review=held.review, summary=held.summary(),
+                    changes=list(changes) if changes is not None else None, effect=held.effect)
 
 
 def _result(r: Result) -> ResultOut:

@@ -9,9 +9,9 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sandboxes import Change, Workspace, apply_changes
 
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Scope"]
 
+T = TypeVar("T")
+
 _INLINE_BYTES = 64 * 1024
 """Blobs and file reads up to this size are done on the event loop's thread."""
 
@@ -86,6 +88,11 @@ class Scope(EffectPath, History):
         changed back stays in), kept by the effect path; None when unknown."""
         self._seq = seq
         self._lock = asyncio.Lock()
+        self._remounting: asyncio.Future[None] | None = None
+        """Set while a fork freezes this workspace (unmount, move the upper,
+        remount): reads wait for it, or they would find an empty directory."""
+        self._thread_reads = 0
+        self._reads_done: asyncio.Future[None] | None = None
         # The coordinator's own reads and writes go to `workspace.backing`; on a
         # backend that intercepts `path` (fuse), calls made there are asked here.
         self.live: LiveWrites | None = attach_live(self)
@@ -115,6 +122,7 @@ class Scope(EffectPath, History):
         Raises PathError for a bad path, FileNotFoundError when it does not exist.
         """
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True)
 
         def read() -> bytes:
@@ -127,8 +135,37 @@ class Scope(EffectPath, History):
         except FileNotFoundError:
             small = True  # read() raises the same error with its path
         # A small file is read here: the page cache answers in microseconds,
-        # cheaper than the round trip to a thread.
-        return read() if small else await self._coord.io(read)
+        # cheaper than the round trip to a thread. No fork's remount can run
+        # meanwhile: one only starts on this loop, after the check above.
+        return read() if small else await self._read_in_thread(read)
+
+    async def _not_remounting(self) -> None:
+        while self._remounting is not None:
+            await asyncio.shield(self._remounting)
+
+    async def _read_in_thread(self, fn: Callable[[], T]) -> T:
+        """Run a workspace read on a thread; a fork waits for it before it remounts."""
+        self._thread_reads += 1
+        try:
+            return await self._coord.io(fn)
+        finally:
+            self._thread_reads -= 1
+            if self._thread_reads == 0 and self._reads_done is not None:
+                self._reads_done.set_result(None)
+                self._reads_done = None
+
+    async def _fork_workspace(self, name: str) -> Workspace:
+        """`workspace.fork(name)`, with reads held off while it remounts."""
+        loop = asyncio.get_running_loop()
+        self._remounting = loop.create_future()
+        try:
+            while self._thread_reads:
+                self._reads_done = self._reads_done or loop.create_future()
+                await asyncio.shield(self._reads_done)
+            return await self._coord.io(self.workspace.fork, name)
+        finally:
+            self._remounting.set_result(None)
+            self._remounting = None
 
     async def _read_committed(self, path: str) -> bytes | None:
         trace = self._coord.trace
@@ -144,9 +181,10 @@ class Scope(EffectPath, History):
     async def listdir(self, path: str = "") -> list[str]:
         """Names in a workspace directory (sorted); '' is the root."""
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True) if path else None
         d = target or self.workspace.backing
-        return await self._coord.io(lambda: sorted(p.name for p in d.iterdir()))
+        return await self._read_in_thread(lambda: sorted(p.name for p in d.iterdir()))
 
     # -- file effects -------------------------------------------------------------
 
@@ -232,7 +270,8 @@ class Scope(EffectPath, History):
         except OSError as e:
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored))
+        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
+                            ignored_files=tuple(ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -312,6 +351,7 @@ class Scope(EffectPath, History):
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
                 truncated=run.truncated,
+                ignored_files=tuple(ignored),
             )
             return outcome, tracked, files
 
@@ -328,6 +368,7 @@ class Scope(EffectPath, History):
                 intent=reviewed,
             )
             decision = await self._decide(pending, reviewed)
+            outcome = outcome.model_copy(update={"review": decision})
             if not decision.allowed:
                 raise _Blocked(decision, outcome, reviewed)
             await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
@@ -378,7 +419,7 @@ class Scope(EffectPath, History):
                     raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
             with coord.metrics.timed("fork"):
                 try:
-                    ws = await coord.io(self.workspace.fork, name)
+                    ws = await self._fork_workspace(name)
                 except Exception as e:
                     raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
                 start = at or head

@@ -238,6 +238,8 @@ def serve(
     ] = None,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
         8 * 1024 * 1024),
+    body_timeout: Annotated[float, typer.Option(
+        help="Seconds a request body may take to arrive (408 beyond).")] = 30.0,
     backend: BackendOpt = None,
 ) -> None:
     """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
@@ -265,6 +267,7 @@ def serve(
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
         defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
         exec_limits=limits, toolchain=tuple(toolchain or ()),
+        body_timeout=body_timeout,
     )
     asyncio.run(run_server(config, host, port))
 

@@ -147,7 +147,7 @@ class ExecResult:
 
 MutationOp = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 """A mutating filesystem call that an intercepting backend asks about before it happens."""
 

@@ -35,7 +35,16 @@ from ._base import Backend, ExecResult, Interceptor, Limits, SandboxError, Works
 from ._mount import MountError, is_busy, umount
 from .overlay import OverlayBackend, OverlayWorkspace
 
-__all__ = ["FuseBackend"]
+
+def caller_thread() -> int:
+    """The kernel thread id (`threading.get_native_id()`) of the thread whose
+    call into a fuse workspace the current FUSE worker is serving: an
+    interceptor can tell a call made by its own process's threads."""
+    from ._fuse_ops import caller_thread
+
+    return caller_thread()
+
+__all__ = ["FuseBackend", "caller_thread"]
 
 log = logging.getLogger("corral.sandboxes.fuse")
 
