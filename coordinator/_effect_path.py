@@ -132,6 +132,9 @@ class EffectPath:
     ) -> Result:
         self._check_live()
         coord = self._coord
+        # Backpressure: while the trace's journal is full (writers outran its
+        # checkpoints), effects wait here instead of the journal growing.
+        await coord.trace.journal.room()
         pending = self._next_effect(intent, cause=cause)
         coord._pending[pending.id] = pending
         coord.events.publish(Event("intent", pending))

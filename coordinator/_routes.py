@@ -261,7 +261,11 @@ async def discard(request: web.Request) -> web.Response:
     if gone is not None and gone.discarded:  # idempotent: the discard that was
         if not who.admin:
             hub.t.require(who, name, hub.c)
-        return await _discarded(hub, gone)
+        return await _discarded(hub, gone.head)
+    if gone is None and who.admin:  # discarded and forgotten: its archived discard
+        last = await hub.c.io(hub.c.last_discard, name)
+        if last is not None:
+            return await _discarded(hub, last)
     scope = hub.scope(who, name)
     req = await _body(request, DiscardRequest)
     if scope.name == "root":
@@ -275,13 +279,13 @@ async def discard(request: web.Request) -> web.Response:
     with hub.timed("scope.discard"):
         r = await scope.discard(cause=cause)
     if r is None:  # discarded meanwhile by another request
-        return await _discarded(hub, scope)
+        return await _discarded(hub, scope.head)
     return _json(_result(r))
 
 
-async def _discarded(hub: Hub, scope: Scope) -> web.Response:
+async def _discarded(hub: Hub, commit: str) -> web.Response:
     """The answer to discarding a discarded scope: its discard, as first answered."""
-    entry = await hub.c.io(hub.c.trace.show, scope.head)
+    entry = await hub.c.io(hub.c.trace.show, commit)
     assert entry.effect is not None
     return _json(_result(Result(entry.effect, entry.commit)))
 

@@ -473,6 +473,5 @@ class Scope(EffectPath, History):
             if not result.ok:
                 return result
             self.discarded = True
-            coord._settled(self.name, "discarded")
-            coord.metrics.scope_count(coord)
+            coord._forget(self)
             return result

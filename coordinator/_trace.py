@@ -13,12 +13,14 @@ append, moved into the repository as a pack at each checkpoint.
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -27,10 +29,15 @@ from ._effects import Effect
 from ._errors import NotFound, StateError
 from ._journal import Journal
 
-__all__ = ["ARCHIVE_PREFIX", "SCOPE_PREFIX", "Trace", "TreeChanges", "TraceEntry"]
+__all__ = [
+    "ARCHIVE_PREFIX", "FORK_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace", "TraceEntry",
+    "TreeChanges",
+]
 
 SCOPE_PREFIX = "refs/corral/scopes/"
 ARCHIVE_PREFIX = "refs/corral/archive/"
+FORK_PREFIX = "refs/corral/forks/"
+"""A live scope's fork commit (its first), so reopening needs no walk of its branch."""
 SNAPSHOT_REF = "refs/corral/snapshot"
 TREE_MODE = 0o040000
 
@@ -75,6 +82,29 @@ def _decode(entries: Iterable[bytes]) -> dict[str, tuple[bytes, int]]:
         out[m[2].decode("utf-8", "surrogateescape")] = (m[3], int(m[1], 8))
     return out
 
+class LogPage(NamedTuple):
+    """One page of a branch's effects, newest first."""
+
+    entries: list[TraceEntry]
+    next: str | None
+    """Pass as `before` to get the next (older) page; None on the last page."""
+
+
+OBJECT_CACHE_BYTES = 32 << 20
+"""libgit2's cache of parsed objects, for all handles of the process (its
+default, 256 MiB, filled with a long history's commits and trees and was never
+given back: ~85 MB at 20k effects)."""
+OPEN_PACKS = 64
+"""Pack files libgit2 keeps open at once (least recently used closed first)."""
+MAPPED_PACK_BYTES = 256 << 20
+"""Pack data libgit2 keeps mapped at once (its default is 8 GiB)."""
+
+
+def _limit_libgit2_memory() -> None:
+    pygit2.settings.cache_max_size(OBJECT_CACHE_BYTES)
+    pygit2.settings.mwindow_file_limit = OPEN_PACKS
+    pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_BYTES
+
 
 class Trace:
     """Thread-safe access to the trace repository at `path` (a bare git dir)."""
@@ -91,7 +121,9 @@ class Trace:
         holding the state lock); others open it read-only and see the same
         history, the journal's not-yet-checkpointed part included."""
         self.path = path
-        self._local = threading.local()
+        _limit_libgit2_memory()
+        self._handles: dict[int, pygit2.Repository] = {}
+        """Each thread's repository handle, by thread id (see `repo`)."""
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
         self._author = author
         if not (path / "HEAD").exists():
@@ -103,13 +135,15 @@ class Trace:
             repo.config["gc.pruneExpire"] = "never"
             repo.config["core.logAllRefUpdates"] = True
         self.journal = Journal(path, writable=writable)
+        self.journal.on_packs_replaced = self._renew_handles
 
     # -- plumbing -------------------------------------------------------------
 
     @property
     def repo(self) -> pygit2.Repository:
         """This thread's repository handle."""
-        repo = getattr(self._local, "repo", None)
+        ident = threading.get_ident()
+        repo = self._handles.get(ident)
         if repo is None:
             repo = pygit2.Repository(str(self.path))
             # The journal's objects first, then the packs and loose objects on disk.
@@ -119,8 +153,21 @@ class Trace:
             odb.add_backend(pygit2.OdbBackendPack(objects), 2)
             odb.add_backend(pygit2.OdbBackendLoose(objects, -1, False), 1)
             repo.set_odb(odb)
-            self._local.repo = repo
+            self._handles[ident] = repo
         return repo
+
+    def _renew_handles(self) -> None:
+        """A roll-up deleted packs: forget every thread's handle. libgit2 keeps a
+        pack's file open while a handle that read it lives, and a thread-local
+        handle of a thread that never runs again (an idle executor's) would
+        live forever. A thread using its handle right now keeps it (Python's
+        reference) until done, then takes a new one. A pygit2 Repository sits in
+        a reference cycle (its `references` point back to it), so only the
+        cycle collector frees it: run it now, and once more after the next
+        checkpoint for the handles that were in use just now."""
+        self._handles = {}
+        self.journal.collect_after_checkpoint = True
+        gc.collect()
 
     def start(self) -> None:
         """Checkpoint the journal in the background from now on."""
@@ -197,9 +244,8 @@ class Trace:
 
     def commit(self, rev: str) -> pygit2.Commit:
         """Resolve a commit id (full or abbreviated) or ref; raises NotFound."""
-        refs = self.journal.refs
-        if rev in refs:  # a ref moved (or deleted) since the last checkpoint
-            target = refs[rev]
+        held, target = self.journal.ref(rev)
+        if held:  # a ref moved (or deleted) since the last checkpoint
             if target is None:
                 raise NotFound(f"unknown commit {rev!r}")
             rev = target
@@ -365,14 +411,17 @@ class Trace:
         oid = repo.create_commit(
             None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
         )
-        self.journal.move_ref(ref or SCOPE_PREFIX + effect.scope, str(oid))
+        moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: str(oid)}
+        if effect.kind == "scope.fork" and ref is None:
+            moves = {FORK_PREFIX + effect.scope: str(oid), **moves}
+        self.journal.move_refs(moves)
         return str(oid)
 
     def ref(self, name: str) -> str | None:
         """The commit `name` points at (None when it does not exist)."""
-        refs = self.journal.refs
-        if name in refs:
-            return refs[name]
+        held, target = self.journal.ref(name)
+        if held:
+            return target
         ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None
 
@@ -383,15 +432,28 @@ class Trace:
         self.journal.move_ref(name, commit)
 
     def delete_ref(self, name: str) -> None:
+        """Delete a ref; a scope's ref takes its fork ref with it."""
+        moves: dict[str, str | None] = {}
         if self.ref(name) is not None:
-            self.journal.move_ref(name, None)
+            moves[name] = None
+        if name.startswith(SCOPE_PREFIX):
+            fork = FORK_PREFIX + name[len(SCOPE_PREFIX):]
+            if self.ref(fork) is not None:
+                moves[fork] = None
+        if moves:
+            self.journal.move_refs(moves)
+
+    def fork_point(self, scope: str) -> str | None:
+        """The fork commit of live scope `scope` (None for root, and for scopes
+        forked before fork refs were kept)."""
+        return self.ref(FORK_PREFIX + scope)
 
     def scope_names(self) -> list[str]:
         return [r[len(SCOPE_PREFIX) :] for r in self.refs(SCOPE_PREFIX)]
 
     def refs(self, prefix: str) -> list[str]:
         names = {r for r in self.repo.references if r.startswith(prefix)}
-        for name, target in list(self.journal.refs.items()):
+        for name, target in self.journal.ref_moves().items():
             if not name.startswith(prefix):
                 continue
             if target is None:
@@ -474,8 +536,39 @@ class Trace:
 
     def log(self, head: object) -> list[TraceEntry]:
         """Effects on the first-parent line ending at `head` (a commit id, or a
-        scope: its head), oldest first."""
+        scope: its head), oldest first. Decodes the whole branch: a long one
+        reads better a page at a time with `log_page`."""
         return list(reversed(list(self.walk(str(getattr(head, "head", head))))))
+
+    def log_page(self, head: object, *, limit: int = 50, before: str | None = None) -> LogPage:
+        """Up to `limit` effects of the first-parent line ending at `head` (a
+        commit id, or a scope: its head), newest first, starting below commit
+        `before` (a previous page's `next`) or at `head`. Cost follows `limit`,
+        not the length of the branch.
+
+        Raises ValueError for a limit below 1, NotFound for an unknown `before`
+        or one that is not on the line.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        tip = str(getattr(head, "head", head))
+        commit: pygit2.Commit | None
+        if before is None:
+            commit = self.commit(tip)
+        else:
+            cursor = self.commit(before)
+            if not self.is_ancestor(str(cursor.id), str(self.commit(tip).id)):
+                raise NotFound(f"commit {before!r} is not on this branch")
+            commit = cursor.parents[0] if cursor.parent_ids else None
+        entries: list[TraceEntry] = []
+        while commit is not None and len(entries) < limit:
+            entry = self.entry_of(commit)
+            if entry.effect is None:
+                return LogPage(entries, None)
+            entries.append(entry)
+            commit = commit.parents[0] if commit.parent_ids else None
+        more = commit is not None and self.entry_of(commit).effect is not None
+        return LogPage(entries, entries[-1].commit if more and entries else None)
 
     def last_writer(self, head: str, stop: str, path: str) -> str | None:
         """The effect commit that wrote `path` as it is at `head`, looking back
