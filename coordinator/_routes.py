@@ -112,8 +112,10 @@ async def health(request: web.Request) -> web.Response:
 
 async def openapi_json(request: web.Request) -> web.Response:
     from ._openapi import openapi
+    from ._server import API_ROUTES
 
-    return web.json_response(openapi(ROUTES))
+    routes = request.app[API_ROUTES]  # the core's ROUTES and the extensions'
+    return web.json_response(openapi(routes))
 
 
 _DASHBOARD = Path(__file__).with_name("_static") / "dashboard.html"

@@ -254,6 +254,38 @@ def serve(
     asyncio.run(run_server(config, host, port))
 
 
+# -- external agents: `corral mcp`, `corral hook` (implemented in agents/) --------------
+
+
+@app.command("mcp")
+def mcp_cmd(
+    scope: Annotated[str, typer.Option(help="The scope the tools act on.")],
+    url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_URL", help="A running `corral serve` (e.g. "
+                     "http://127.0.0.1:8765); else --state opens the coordinator in process."),
+    ] = None,
+    token: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_TOKEN", help="The scope's token (with --url)."),
+    ] = None,
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="In process: this state directory."),
+    ] = None,
+    parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
+                                        "one.")] = "root",
+) -> None:
+    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
+    over stdio; every change is reviewed by the supervisor first."""
+    from agents.mcp_server import serve_stdio
+
+    if url is None and state is None:
+        _fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
+    asyncio.run(serve_stdio(scope, url=url, token=token,
+                            state=str(state) if state else None, parent=parent))
+
+
 def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
     """Print a benchmark's table and, with --json, write its report."""
     console.print(table)
