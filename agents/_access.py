@@ -69,7 +69,8 @@ class ScopeAccess(Protocol):
 
     async def delete(self, path: str) -> Said: ...
 
-    async def run(self, argv: list[str], timeout: float, env: dict[str, str]) -> Said: ...
+    async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
+                  cause: str | None = None) -> Said: ...
 
     async def send(self, to: str, text: str) -> Said: ...
 
@@ -128,8 +129,10 @@ class LocalAccess:
     async def delete(self, path: str) -> Said:
         return await self._said(await self.scope.delete(path))
 
-    async def run(self, argv: list[str], timeout: float, env: dict[str, str]) -> Said:
-        return await self._said(await self.scope.exec(argv, timeout=timeout, env=env))
+    async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
+                  cause: str | None = None) -> Said:
+        return await self._said(
+            await self.scope.exec(argv, timeout=timeout, env=env, cause=cause))
 
     async def send(self, to: str, text: str) -> Said:
         return await self._said(await self.scope.send(to, text))
@@ -180,8 +183,10 @@ class RemoteAccess:
     async def delete(self, path: str) -> Said:
         return self._said(await self.client.delete(self.name, path))
 
-    async def run(self, argv: list[str], timeout: float, env: dict[str, str]) -> Said:
-        return self._said(await self.client.exec(self.name, argv, timeout=timeout, env=env))
+    async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
+                  cause: str | None = None) -> Said:
+        return self._said(await self.client.exec(self.name, argv, timeout=timeout, env=env,
+                                                 cause=cause))
 
     async def send(self, to: str, text: str) -> Said:
         return self._said(await self.client.send(self.name, to, text))

@@ -99,8 +99,11 @@ def run_cmd(
     retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
     backend: BackendOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    agent: Annotated[str, typer.Option(
+        help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
+    )] = "builtin",
 ) -> None:
-    """Run one built-in coding agent per task in parallel scopes, merge their branches, and
+    """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
     leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
     from agents.providers import ModelError
     from agents.run import render_report, run_with_progress
@@ -109,7 +112,7 @@ def run_cmd(
         report = asyncio.run(run_with_progress(
             err if json_out else console, repo, task, model=model, base_url=base_url,
             supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
-            retries=retries, backend=backend,
+            retries=retries, backend=backend, agent=agent,
         ))
     except (CorralError, ModelError, ValueError) as e:
         _fail(str(e))
