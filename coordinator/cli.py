@@ -289,6 +289,31 @@ def mcp_cmd(
                             state=str(state) if state else None, parent=parent))
 
 
+@app.command("hook")
+def hook_cmd(
+    scope: Annotated[str, typer.Option(envvar="CORRAL_SCOPE",
+                                       help="The scope mirroring Claude Code's checkout.")],
+    url: Annotated[str, typer.Option(envvar="CORRAL_URL", help="A running `corral serve`.")],
+    token: Annotated[str, typer.Option(envvar="CORRAL_TOKEN", help="The scope's token.")],
+    root: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="The checkout's root (default: the git top level of the event's "
+                     "cwd)."),
+    ] = None,
+) -> None:
+    """A Claude Code hook (PreToolUse, PostToolUse): reads the event on stdin, asks the
+    supervisor, and answers allow or deny with its reason; records what the tool changed."""
+    from agents.hooks import run_hook
+
+    answer = asyncio.run(run_hook(sys.stdin.read(), url=url, token=token, scope=scope,
+                                  root=root))
+    if answer.output is not None:
+        sys.stdout.write(json.dumps(answer.output) + "\n")
+    if answer.stderr:
+        sys.stderr.write(answer.stderr + "\n")
+    raise typer.Exit(answer.exit_code)
+
+
 def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
     """Print a benchmark's table and, with --json, write its report."""
     console.print(table)
