@@ -52,6 +52,7 @@ __all__ = [
     "ReadResponse",
     "ResultOut",
     "ReviewAnswer",
+    "ReviewRequest",
     "RewindRequest",
     "ScopeOut",
     "ScopesOut",
@@ -157,6 +158,23 @@ class ExecRequest(_Request):
             if not k or "=" in k or "\x00" in k or "\x00" in val:
                 raise ValueError(f"invalid environment variable {k!r}")
         return v
+
+
+class ReviewRequest(_Request):
+    """An intent to put to the policy chain without carrying it out: exactly one of
+    `write`, `patch`, `delete`, `exec`, with the same fields as those calls."""
+
+    write: WriteRequest | None = None
+    patch: PatchRequest | None = None
+    delete: DeleteRequest | None = None
+    exec: ExecRequest | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ReviewRequest:
+        given = [k for k in ("write", "patch", "delete", "exec") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of write, patch, delete, exec")
+        return self
 
 
 class RewindRequest(_Request):

@@ -181,6 +181,26 @@ class EffectPath:
         finally:
             coord._pending.pop(pending.id, None)
 
+    async def review(self, intent: Intent, *, cause: str | None = None) -> Result:
+        """Put `intent` to the policy chain without carrying it out: for an agent that acts
+        outside Corral (a Claude Code hook asks before its tool runs). The effect is
+        recorded with the decision and status `allowed`, `rewritten` or `blocked`, and a
+        commit that changes no file; observers see it like any other intent."""
+        async with self._lock:
+            self._check_live()
+            coord = self._coord
+            pending = self._next_effect(intent, cause=cause)
+            coord._pending[pending.id] = pending
+            coord.events.publish(Event("intent", pending))
+            try:
+                decision = await self._decide(pending, intent)
+                status = {"allow": "allowed", "rewrite": "rewritten"}.get(
+                    decision.verdict, "blocked")
+                return await self._record(
+                    pending.model_copy(update={"status": status, "decision": decision}))
+            finally:
+                coord._pending.pop(pending.id, None)
+
     def _next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect:
         """A pending effect record for `intent`, taking the scope's next seq."""
         effect = Effect(

@@ -33,6 +33,7 @@ from ._api import (
     PatchRequest,
     ReadResponse,
     ResultOut,
+    ReviewRequest,
     RewindRequest,
     ScopeOut,
     ScopesOut,
@@ -43,10 +44,22 @@ from ._api import (
 )
 from ._auth import Forbidden, Principal, Tokens
 from ._effect_path import Result
-from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
+from ._effects import (
+    Exec,
+    ExecOutcome,
+    FsDelete,
+    FsPatch,
+    FsWrite,
+    Intent,
+    Message,
+    NoOutcome,
+    Outcome,
+    SupervisorAction,
+)
 from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
+from ._patch import apply_unified_diff
 from ._policy import ScopeInfo
 from ._scope import Scope
 from ._streams import events, reviewers
@@ -122,8 +135,10 @@ async def health(request: web.Request) -> web.Response:
 
 async def openapi_json(request: web.Request) -> web.Response:
     from ._openapi import openapi
+    from ._server import API_ROUTES
 
-    return web.json_response(openapi(ROUTES))
+    routes = request.app[API_ROUTES]  # the core's ROUTES and the extensions'
+    return web.json_response(openapi(routes))
 
 
 _DASHBOARD = Path(__file__).with_name("_static") / "dashboard.html"
@@ -225,6 +240,39 @@ async def exec_(request: web.Request) -> web.Response:
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
                     timed_out=out.timed_out, truncated=out.truncated)
     return _json(ExecResultOut.model_validate(base))
+
+
+async def review(request: web.Request) -> web.Response:
+    """Review only: the decision the policy chain gives an intent, recorded, not carried
+    out (see `EffectPath.review`)."""
+    hub, _, scope = _scope(request)
+    req = await _body(request, ReviewRequest)
+    trace = hub.c.trace
+    intent: Intent
+    cause: str | None
+    if req.write is not None:
+        w = req.write
+        path, data = scope._writable(w.path), w.content
+        intent = FsWrite(path=path, blob=await hub.c.io(trace.write_blob, data), mode=w.mode)
+        cause = w.cause
+    elif req.patch is not None:
+        p = req.patch
+        path = scope._writable(p.path)
+        raw = p.diff.encode()
+        new = apply_unified_diff(await scope.read(path), raw, path)
+        diff_blob, blob = await hub.c.io(lambda: (trace.write_blob(raw), trace.write_blob(new)))
+        mode = await hub.c.io(scope._mode_of, path)
+        intent, cause = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode), p.cause
+    elif req.delete is not None:
+        intent, cause = FsDelete(path=scope._writable(req.delete.path)), req.delete.cause
+    else:
+        assert req.exec is not None
+        e = req.exec
+        intent = Exec(argv=tuple(e.argv), timeout=e.timeout, network=e.network)
+        cause = e.cause
+    with hub.timed("review"):
+        r = await scope.review(intent, cause=cause)
+    return _json(_result(r))
 
 
 async def rewind(request: web.Request) -> web.Response:
@@ -421,6 +469,10 @@ ROUTES: tuple[Route, ...] = (
           response=ResultOut),
     Route("POST", _S + "/exec", exec_, "Run a command transactionally", body=ExecRequest,
           response=ExecResultOut),
+    Route("POST", _S + "/review", review,
+          "Review only: the policy chain's decision on a write, patch, delete or exec, "
+          "recorded (status allowed, rewritten or blocked) but not carried out",
+          body=ReviewRequest, response=ResultOut),
     Route("POST", _S + "/rewind", rewind, "Rewind to a commit or by steps",
           body=RewindRequest, response=ResultOut),
     Route("POST", _S + "/merge", merge, "Merge another scope into this one (or dry-run)",

@@ -27,8 +27,11 @@ from ._coordinator import Coordinator
 from ._errors import CorralError, SandboxFailure
 from ._gate import HumanGate
 from ._hub import HUB, Hub, ServerConfig
+from ._openapi import Route
+from ._scope import Scope
 
-__all__ = ["ServerConfig", "is_loopback", "make_app", "run_server"]
+__all__ = ["API_ROUTES", "EXTENSION_GROUP", "ServerConfig", "is_loopback", "make_app",
+           "request_scope", "run_server"]
 
 log = logging.getLogger("corral.server")
 
@@ -122,9 +125,41 @@ def make_app(config: ServerConfig) -> web.Application:
     app[HUB] = Hub(config, HumanGate(list(config.gate), timeout=config.gate_timeout))
     app.cleanup_ctx.append(_coordinator_ctx)
     app.on_shutdown.append(_close_sockets)
-    for r in ROUTES:
+    routes = (*ROUTES, *_extensions(app))
+    app[API_ROUTES] = routes
+    for r in routes:
         app.router.add_route(r.method, r.path, r.handler)
     return app
+
+
+API_ROUTES: web.AppKey[tuple[Route, ...]] = web.AppKey("api_routes")
+"""Every route the app serves (the core table plus extensions'): /openapi.json's source."""
+
+EXTENSION_GROUP = "corral.server"
+"""Entry points `(app: web.Application) -> Sequence[Route]`: the routes another package
+adds to the server (documented in /openapi.json like the core's), with any background
+task they need registered on `app.cleanup_ctx`. Agents' MCP endpoint comes this way, so
+the coordinator never imports agents."""
+
+
+def _extensions(app: web.Application) -> list[Route]:
+    from importlib.metadata import entry_points
+
+    routes: list[Route] = []
+    for ep in entry_points(group=EXTENSION_GROUP):
+        try:
+            routes.extend(ep.load()(app))
+        except ImportError as e:  # an optional extra that is not installed
+            log.warning("server extension %s not loaded: %s", ep.name, e)
+    return routes
+
+
+def request_scope(request: web.Request) -> tuple[Coordinator, Scope]:
+    """For an extension's handler: the coordinator and the scope named by the route's
+    `{name}`, after checking the request's bearer token may act on it (raises AuthError,
+    Forbidden, UnknownScope: the error middleware answers 401/403/404)."""
+    hub = request.app[HUB]
+    return hub.c, hub.scope(hub.who(request), request.match_info["name"])
 
 
 def is_loopback(host: str) -> bool:

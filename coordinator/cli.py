@@ -99,8 +99,11 @@ def run_cmd(
     retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
     backend: BackendOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    agent: Annotated[str, typer.Option(
+        help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
+    )] = "builtin",
 ) -> None:
-    """Run one built-in coding agent per task in parallel scopes, merge their branches, and
+    """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
     leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
     from agents.providers import ModelError
     from agents.run import render_report, run_with_progress
@@ -109,7 +112,7 @@ def run_cmd(
         report = asyncio.run(run_with_progress(
             err if json_out else console, repo, task, model=model, base_url=base_url,
             supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
-            retries=retries, backend=backend,
+            retries=retries, backend=backend, agent=agent,
         ))
     except (CorralError, ModelError, ValueError) as e:
         _fail(str(e))
@@ -270,6 +273,63 @@ def serve(
         body_timeout=body_timeout,
     )
     asyncio.run(run_server(config, host, port))
+
+
+# -- external agents: `corral mcp`, `corral hook` (implemented in agents/) --------------
+
+
+@app.command("mcp")
+def mcp_cmd(
+    scope: Annotated[str, typer.Option(help="The scope the tools act on.")],
+    url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_URL", help="A running `corral serve` (e.g. "
+                     "http://127.0.0.1:8765); else --state opens the coordinator in process."),
+    ] = None,
+    token: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_TOKEN", help="The scope's token (with --url)."),
+    ] = None,
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="In process: this state directory."),
+    ] = None,
+    parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
+                                        "one.")] = "root",
+) -> None:
+    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
+    over stdio; every change is reviewed by the supervisor first."""
+    from agents.mcp_server import serve_stdio
+
+    if url is None and state is None:
+        _fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
+    asyncio.run(serve_stdio(scope, url=url, token=token,
+                            state=str(state) if state else None, parent=parent))
+
+
+@app.command("hook")
+def hook_cmd(
+    scope: Annotated[str, typer.Option(envvar="CORRAL_SCOPE",
+                                       help="The scope mirroring Claude Code's checkout.")],
+    url: Annotated[str, typer.Option(envvar="CORRAL_URL", help="A running `corral serve`.")],
+    token: Annotated[str, typer.Option(envvar="CORRAL_TOKEN", help="The scope's token.")],
+    root: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="The checkout's root (default: the git top level of the event's "
+                     "cwd)."),
+    ] = None,
+) -> None:
+    """A Claude Code hook (PreToolUse, PostToolUse): reads the event on stdin, asks the
+    supervisor, and answers allow or deny with its reason; records what the tool changed."""
+    from agents.hooks import run_hook
+
+    answer = asyncio.run(run_hook(sys.stdin.read(), url=url, token=token, scope=scope,
+                                  root=root))
+    if answer.output is not None:
+        sys.stdout.write(json.dumps(answer.output) + "\n")
+    if answer.stderr:
+        sys.stderr.write(answer.stderr + "\n")
+    raise typer.Exit(answer.exit_code)
 
 
 def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
