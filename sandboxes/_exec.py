@@ -363,39 +363,55 @@ def scratch_dir(root: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_bases_lock = threading.Lock()
+_bases: set[Path] = set()
+
+
 def exec_base(root: Path) -> Path:
-    """Where `root`'s runs make their scratch directories (see scratch_dir)."""
+    """Where `root`'s runs make their scratch directories (see scratch_dir): as
+    root a tmpfs (mode 0711) at /run/corral-exec/<hash of root>, mounted on first
+    use (a directory create and delete there costs microseconds, not the disk's
+    milliseconds); else root/R."""
     import hashlib
+
+    from ._mount import mount_tmpfs
 
     if os.geteuid() != 0:
         base = root / "R"
         base.mkdir(exist_ok=True)
         return base
     top = Path("/run/corral-exec") if Path("/run").is_dir() else Path("/tmp/corral-exec")
-    with contextlib.suppress(FileExistsError):
-        top.mkdir(mode=0o711)
-    st = os.lstat(top)
-    if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
-        raise ExecUnavailable(f"{top} must be a directory owned by root")
-    os.chmod(top, 0o711)
     base = top / hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o711)
+    with _bases_lock:
+        if base in _bases:
+            return base
+        with contextlib.suppress(FileExistsError):
+            top.mkdir(mode=0o711)
+        st = os.lstat(top)
+        if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
+            raise ExecUnavailable(f"{top} must be a directory owned by root")
+        os.chmod(top, 0o711)
+        with contextlib.suppress(FileExistsError):
+            base.mkdir(mode=0o711)
+        if not os.path.ismount(base):
+            mount_tmpfs(base, mode=0o711)
+        _bases.add(base)
     return base
 
 
 def clear_exec_base(root: Path) -> None:
-    """Unmount and delete the scratch directories that runs for `root` left
-    behind (a crashed process)."""
+    """Unmount and delete what runs for `root` left behind (a crashed process),
+    the base and its tmpfs included (made again on next use)."""
     from ._mount import MountError, mounts_under, umount
 
     base = exec_base(root)
-    for _ in range(3):
-        points = [p for p in mounts_under(base) if p != base]
-        if not points:
-            break
-        for point in points:
-            with contextlib.suppress(MountError):
-                umount(point, detach=True)
-    for entry in os.scandir(base):
-        shutil.rmtree(entry.path, ignore_errors=True)
+    with _bases_lock:
+        _bases.discard(base)
+        for _ in range(3):
+            points = mounts_under(base)
+            if not points:
+                break
+            for point in points:
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
+        shutil.rmtree(base, ignore_errors=True)
