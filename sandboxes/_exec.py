@@ -23,6 +23,7 @@ What the command gets (see the README's "What a command can see and touch"):
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import selectors
@@ -213,8 +214,18 @@ def _bwrap_args(repo: Path, tmp: Path | None, network: bool, limits: Limits,
     return args
 
 
-def _rlimits(limits: Limits) -> list[str]:
-    return [_tool("prlimit"), f"--nproc={limits.processes}", f"--as={limits.memory}",
+@functools.cache
+def _filter(network: bool) -> bytes:
+    return seccomp_filter(network=network)
+
+
+def _launcher(limits: Limits) -> list[str]:
+    """The host-side programs before bwrap: as root, setpriv drops to the sandbox
+    uid (so the coordinator spawns with vfork, whatever its size, instead of
+    forking itself to call setuid), then prlimit sets the limits."""
+    drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+             "--clear-groups", "--"] if os.geteuid() == 0 else [])
+    return [*drop, _tool("prlimit"), f"--nproc={limits.processes}", f"--as={limits.memory}",
             f"--fsize={limits.file_size}", f"--nofile={limits.open_files}", "--core=0", "--"]
 
 
@@ -253,19 +264,17 @@ def run_isolated(
     env = dict(env) if env is not None else default_env(tools)
     read_fd, write_fd = os.pipe()
     try:
-        os.write(write_fd, seccomp_filter(network=network))
+        os.write(write_fd, _filter(network))
         os.close(write_fd)
         write_fd = -1
-        cmd = [*_rlimits(limits),
+        cmd = [*_launcher(limits),
                *_bwrap_args(repo, tmp, network, limits, tools, read_fd, env), "--", *argv]
-        user = SANDBOX_UID if os.geteuid() == 0 else None
         start = time.monotonic()
         # own process group so a timeout kills bwrap and its helpers in one
         # signal; the sandboxed tree dies with bwrap (pid namespace)
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={}, start_new_session=True, pass_fds=(read_fd,), cwd="/",
-            user=user, group=user, extra_groups=[] if user is not None else None,
         )
     finally:
         os.close(read_fd)
@@ -344,22 +353,30 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def scratch_dir(root: Path) -> Iterator[Path]:
     """A fresh directory for one run, reachable (not listable) by the sandbox
-    user when the coordinator is root: under /run/corral-exec/<hash of root>/
-    (0711 all the way) with an unguessable name; else under root/R. Removed
-    (after unmounting anything left in it) on exit."""
+    user when the coordinator is root: under exec_base(root) (0711) with an
+    unguessable name. On exit, whatever is still mounted in it (the caller
+    unmounts what it can) is unmounted lazily and the directory removed."""
     import secrets
 
-    base = exec_base(root)
-    path = base / secrets.token_hex(12)
+    from ._mount import MountError, mounts_under, umount
+
+    path = exec_base(root) / secrets.token_hex(12)
     path.mkdir(mode=0o711)
     try:
         yield path
     finally:
-        from ._mount import MountError, mounts_under, umount
-
-        for point in mounts_under(path):
-            with contextlib.suppress(MountError):
-                umount(point, detach=True)
+        try:
+            # what the backends mount here: the tree shown (m), /tmp (t), the layer
+            for point in (path / "m", path / "t", path):
+                try:
+                    umount(point)
+                except MountError as err:
+                    if err.errno != errno.EINVAL:  # EINVAL: not a mount point
+                        raise
+        except MountError:
+            for point in mounts_under(path):  # the slow way, only when needed
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
         shutil.rmtree(path, ignore_errors=True)
 
 
