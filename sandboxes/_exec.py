@@ -23,6 +23,7 @@ What the command gets (see the README's "What a command can see and touch"):
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import selectors
@@ -213,8 +214,18 @@ def _bwrap_args(repo: Path, tmp: Path | None, network: bool, limits: Limits,
     return args
 
 
-def _rlimits(limits: Limits) -> list[str]:
-    return [_tool("prlimit"), f"--nproc={limits.processes}", f"--as={limits.memory}",
+@functools.cache
+def _filter(network: bool) -> bytes:
+    return seccomp_filter(network=network)
+
+
+def _launcher(limits: Limits) -> list[str]:
+    """The host-side programs before bwrap: as root, setpriv drops to the sandbox
+    uid (so the coordinator spawns with vfork, whatever its size, instead of
+    forking itself to call setuid), then prlimit sets the limits."""
+    drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+             "--clear-groups", "--"] if os.geteuid() == 0 else [])
+    return [*drop, _tool("prlimit"), f"--nproc={limits.processes}", f"--as={limits.memory}",
             f"--fsize={limits.file_size}", f"--nofile={limits.open_files}", "--core=0", "--"]
 
 
@@ -253,19 +264,17 @@ def run_isolated(
     env = dict(env) if env is not None else default_env(tools)
     read_fd, write_fd = os.pipe()
     try:
-        os.write(write_fd, seccomp_filter(network=network))
+        os.write(write_fd, _filter(network))
         os.close(write_fd)
         write_fd = -1
-        cmd = [*_rlimits(limits),
+        cmd = [*_launcher(limits),
                *_bwrap_args(repo, tmp, network, limits, tools, read_fd, env), "--", *argv]
-        user = SANDBOX_UID if os.geteuid() == 0 else None
         start = time.monotonic()
         # own process group so a timeout kills bwrap and its helpers in one
         # signal; the sandboxed tree dies with bwrap (pid namespace)
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={}, start_new_session=True, pass_fds=(read_fd,), cwd="/",
-            user=user, group=user, extra_groups=[] if user is not None else None,
         )
     finally:
         os.close(read_fd)
@@ -344,58 +353,82 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def scratch_dir(root: Path) -> Iterator[Path]:
     """A fresh directory for one run, reachable (not listable) by the sandbox
-    user when the coordinator is root: under /run/corral-exec/<hash of root>/
-    (0711 all the way) with an unguessable name; else under root/R. Removed
-    (after unmounting anything left in it) on exit."""
+    user when the coordinator is root: under exec_base(root) (0711) with an
+    unguessable name. On exit, whatever is still mounted in it (the caller
+    unmounts what it can) is unmounted lazily and the directory removed."""
     import secrets
 
-    base = exec_base(root)
-    path = base / secrets.token_hex(12)
+    from ._mount import MountError, mounts_under, umount
+
+    path = exec_base(root) / secrets.token_hex(12)
     path.mkdir(mode=0o711)
     try:
         yield path
     finally:
-        from ._mount import MountError, mounts_under, umount
-
-        for point in mounts_under(path):
-            with contextlib.suppress(MountError):
-                umount(point, detach=True)
+        try:
+            # what the backends mount here: the tree shown (m), /tmp (t), the layer
+            for point in (path / "m", path / "t", path):
+                try:
+                    umount(point)
+                except MountError as err:
+                    if err.errno != errno.EINVAL:  # EINVAL: not a mount point
+                        raise
+        except MountError:
+            for point in mounts_under(path):  # the slow way, only when needed
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
         shutil.rmtree(path, ignore_errors=True)
 
 
+_bases_lock = threading.Lock()
+_bases: set[Path] = set()
+
+
 def exec_base(root: Path) -> Path:
-    """Where `root`'s runs make their scratch directories (see scratch_dir)."""
+    """Where `root`'s runs make their scratch directories (see scratch_dir): as
+    root a tmpfs (mode 0711) at /run/corral-exec/<hash of root>, mounted on first
+    use (a directory create and delete there costs microseconds, not the disk's
+    milliseconds); else root/R."""
     import hashlib
+
+    from ._mount import mount_tmpfs
 
     if os.geteuid() != 0:
         base = root / "R"
         base.mkdir(exist_ok=True)
         return base
     top = Path("/run/corral-exec") if Path("/run").is_dir() else Path("/tmp/corral-exec")
-    with contextlib.suppress(FileExistsError):
-        top.mkdir(mode=0o711)
-    st = os.lstat(top)
-    if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
-        raise ExecUnavailable(f"{top} must be a directory owned by root")
-    os.chmod(top, 0o711)
     base = top / hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o711)
+    with _bases_lock:
+        if base in _bases:
+            return base
+        with contextlib.suppress(FileExistsError):
+            top.mkdir(mode=0o711)
+        st = os.lstat(top)
+        if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
+            raise ExecUnavailable(f"{top} must be a directory owned by root")
+        os.chmod(top, 0o711)
+        with contextlib.suppress(FileExistsError):
+            base.mkdir(mode=0o711)
+        if not os.path.ismount(base):
+            mount_tmpfs(base, mode=0o711)
+        _bases.add(base)
     return base
 
 
 def clear_exec_base(root: Path) -> None:
-    """Unmount and delete the scratch directories that runs for `root` left
-    behind (a crashed process)."""
+    """Unmount and delete what runs for `root` left behind (a crashed process),
+    the base and its tmpfs included (made again on next use)."""
     from ._mount import MountError, mounts_under, umount
 
     base = exec_base(root)
-    for _ in range(3):
-        points = [p for p in mounts_under(base) if p != base]
-        if not points:
-            break
-        for point in points:
-            with contextlib.suppress(MountError):
-                umount(point, detach=True)
-    for entry in os.scandir(base):
-        shutil.rmtree(entry.path, ignore_errors=True)
+    with _bases_lock:
+        _bases.discard(base)
+        for _ in range(3):
+            points = mounts_under(base)
+            if not points:
+                break
+            for point in points:
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
+        shutil.rmtree(base, ignore_errors=True)

@@ -180,9 +180,10 @@ class CopyBackend(Backend):
         return self._workspace(name, layer)
 
     def close(self) -> None:
-        """Discard every workspace. Idempotent."""
+        """Discard every workspace and clear the runs' scratch base. Idempotent."""
         for ws in list(self._live.values()):
             ws.discard()
+        clear_exec_base(self.root)
         self._closed = True
 
     def _next_id(self) -> str:

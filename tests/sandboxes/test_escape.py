@@ -583,3 +583,21 @@ def test_run_isolated_refuses_a_toolchain_overlapping_the_state(tmp_path: Path) 
     state.mkdir()
     with pytest.raises(ValueError, match="state directory"):
         run_isolated(tmp_path, ["true"], timeout=5, hide=[state], toolchain=[tmp_path])
+
+
+def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
+    """After runs (one of them timed out) and close, nothing a run mounted remains,
+    neither under the state nor under the runs' scratch base."""
+    from sandboxes._exec import exec_base
+    from sandboxes._mount import mounts_under
+
+    for cls in (sandboxes.OverlayBackend, sandboxes.CopyBackend):
+        backend = cls(tmp_path / cls.name)
+        ws = backend.base("k", lambda root: (root / "f").write_text("f"))
+        ws.run(["sh", "-c", "echo x > g"], timeout=10)
+        ws.run(["sleep", "30"], timeout=0.5)
+        base = exec_base(backend.root)
+        assert mounts_under(base) == [base]  # only the base tmpfs, while open
+        backend.close()
+        assert mounts_under(backend.root) == []
+        assert mounts_under(base) == []
