@@ -325,6 +325,12 @@ class Scope(EffectPath, History):
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
 
         def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
+            for c in run.changes:  # what git cannot record is not applied either
+                try:
+                    check_path(c.path)
+                except PathError as e:
+                    raise PathError(f"the command wrote a path that cannot be recorded, so "
+                                    f"none of its changes are applied: {e}", cause=e) from e
             files = [
                 FileChange(
                     path=c.path,
