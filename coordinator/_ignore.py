@@ -5,18 +5,20 @@ acknowledged is lost over a restart."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import pathspec
 import pygit2
+from pydantic import TypeAdapter
 
 from ._effects import FileChange, ScopeRewind
 
 if TYPE_CHECKING:
     from ._trace import Trace
 
-__all__ = ["IgnoreRules", "ignored_state"]
+__all__ = ["IgnoreRules", "ignored_state", "store_ignored"]
 
 
 @lru_cache(maxsize=256)
@@ -61,6 +63,14 @@ class IgnoreRules:
         return verdict
 
 
+_IGNORED = TypeAdapter(list[FileChange])
+
+
+def store_ignored(trace: Trace, changes: Sequence[FileChange]) -> str | None:
+    """The blob an outcome's `ignored_files` names (None when there are none)."""
+    return trace.write_blob(_IGNORED.dump_json(list(changes))) if changes else None
+
+
 def ignored_state(trace: Trace, head: str, stop: str) -> dict[str, FileChange]:
     """The ignored files a workspace at `head` holds, from the trace alone: what
     a restart puts back beside the tree.
@@ -77,14 +87,15 @@ def ignored_state(trace: Trace, head: str, stop: str) -> dict[str, FileChange]:
     stop_oid = pygit2.Oid(hex=stop)
     while commit.id != stop_oid:
         message = commit.message
-        if '"ignored_files":[{' in message or '"kind":"scope.rewind"' in message:
+        if '"ignored_files":"' in message or '"kind":"scope.rewind"' in message:
             effect = trace.entry_of(commit).effect
             if effect is not None and effect.status == "materialized":
                 intent, outcome = effect.intent, effect.outcome
                 if isinstance(intent, ScopeRewind):
                     for path in trace.ignored_since(intent.head, intent.to):
                         decided.setdefault(path, None)
-                for change in reversed(getattr(outcome, "ignored_files", ())):
+                kept = getattr(outcome, "ignored_files", None)
+                for change in reversed(_IGNORED.validate_json(trace.blob(kept)) if kept else []):
                     decided.setdefault(change.path, change if change.blob else None)
         if not commit.parent_ids:
             break

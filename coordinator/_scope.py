@@ -43,7 +43,7 @@ from ._errors import (
 )
 from ._events import Event
 from ._history import History
-from ._ignore import IgnoreRules
+from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
 from ._patch import apply_unified_diff
 from ._paths import check_path, check_scope_name, resolve_in
@@ -271,7 +271,7 @@ class Scope(EffectPath, History):
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
         outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
-                            ignored_files=tuple(ignored))
+                            ignored_files=store_ignored(trace, ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -348,7 +348,7 @@ class Scope(EffectPath, History):
                 duration_s=round(run.duration_s, 6),
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
-                ignored_files=tuple(ignored),
+                ignored_files=store_ignored(trace, ignored),
             )
             return outcome, tracked, files
 
