@@ -83,6 +83,7 @@ class Tokens:
     def __init__(self, path: Path | None, admin: str) -> None:
         self._path = path
         self._issued: dict[str, _Issued] = {}
+        self._links: dict[tuple[str, str, str, str], bool] = {}
         self.admin = admin
 
     @classmethod
@@ -167,20 +168,35 @@ class Tokens:
             issued.scope = weakref.ref(scope)
         return issued.scope() is scope
 
-    @staticmethod
-    def covers(who: Principal, scope: str, coord: Coordinator) -> bool:
-        """Whether `who` may act on `scope`: admin, the scope itself or an ancestor."""
-        if who.scope is None:
+    def covers(self, who: Principal, scope: str, coord: Coordinator) -> bool:
+        """Whether `who` may act on `scope`: admin, the scope itself or an ancestor.
+
+        Ancestry is by incarnation, not by name: a scope forked from an earlier
+        `P` that was discarded is not covered by the token of a new `P`.
+        """
+        if who.scope is None or scope == who.scope:
             return True
         seen = 0
-        name: str | None = scope
-        while name is not None and seen < 10_000:
-            if name == who.scope:
+        s = coord.scopes.get(scope)
+        while s is not None and s.parent is not None and seen < 10_000:
+            parent = coord.scopes.get(s.parent)
+            if parent is None or not self._forked_from(s, parent, coord):
+                return False
+            if parent.name == who.scope:
                 return True
-            s = coord.scopes.get(name)
-            name = s.parent if s is not None else None
+            s = parent
             seen += 1
         return False
+
+    def _forked_from(self, child: Scope, parent: Scope, coord: Coordinator) -> bool:
+        """Whether `child` was forked from this incarnation of `parent`: then the
+        parent's fork commit is in the child's history (asked once per pair)."""
+        key = (child.name, child.fork_point, parent.name, parent.fork_point)
+        known = self._links.get(key)
+        if known is None:
+            known = self._links[key] = coord.trace.is_ancestor(parent.fork_point,
+                                                               child.fork_point)
+        return known
 
     def require(self, who: Principal, scope: str, coord: Coordinator) -> None:
         """Raises Forbidden unless `who` may act on `scope`."""

@@ -241,9 +241,10 @@ class FsOutcome(_Record):
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
     """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
-    ignored_files: tuple[FileChange, ...] = ()
-    """Those paths' new content (blob None: deleted): kept beside the tree, so
-    a restart restores them (see `Trace.ignored_files`)."""
+    ignored_files: str | None = None
+    """Blob id of those paths' new content, a JSON list of FileChange (blob
+    None: deleted): kept beside the tree, so a restart restores them (see
+    `Trace.ignored_files`). A blob, as a command may leave thousands."""
 
 
 class ExecOutcome(_Record):
@@ -258,7 +259,7 @@ class ExecOutcome(_Record):
     ignored: tuple[str, ...] = ()
     truncated: bool = False
     """stdout or stderr passed the output limit: only its first bytes were kept."""
-    ignored_files: tuple[FileChange, ...] = ()
+    ignored_files: str | None = None
     """The ignored paths' new content, as in FsOutcome."""
     review: Decision | None = None
     """The policy chain's decision on the files the command changed (its second

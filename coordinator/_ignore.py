@@ -5,12 +5,20 @@ of them (`Trace.ignored_files`), so nothing acknowledged is lost over a restart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import pathspec
 import pygit2
+from pydantic import TypeAdapter
 
-__all__ = ["IgnoreRules"]
+from ._effects import FileChange
+
+if TYPE_CHECKING:
+    from ._trace import Trace
+
+__all__ = ["IgnoreRules", "load_ignored", "store_ignored"]
 
 
 @lru_cache(maxsize=256)
@@ -53,3 +61,16 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = bool(result.include)
         return verdict
+
+
+_IGNORED = TypeAdapter(list[FileChange])
+
+
+def store_ignored(trace: Trace, changes: Sequence[FileChange]) -> str | None:
+    """The blob an outcome's `ignored_files` names (None when there are none)."""
+    return trace.write_blob(_IGNORED.dump_json(list(changes))) if changes else None
+
+
+def load_ignored(trace: Trace, blob: str | None) -> list[FileChange]:
+    """The changes an outcome's `ignored_files` blob lists."""
+    return _IGNORED.validate_json(trace.blob(blob)) if blob else []

@@ -36,6 +36,7 @@ from sandboxes._files import leaves, read_entry
 
 from ._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
 from ._events import Event
+from ._ignore import store_ignored
 from ._policy import View
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ class LiveWrites:
             else:
                 tracked, ignored, kept = await coord.io(self._changes, paths)
                 outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored),
-                                    ignored_files=tuple(kept))
+                                    ignored_files=store_ignored(coord.trace, kept))
                 changes = {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
                 intent = fsop
                 if fsop is None:

@@ -31,7 +31,12 @@ def _is_dotgit(part: str) -> bool:
     any case, trailing dots or spaces (NTFS), an NTFS stream (`.git::$DATA`)
     or backslash, the 8.3 short name `git~1`, or HFS+ ignorable code points
     (git's `verify_path` with core.protectNTFS and core.protectHFS)."""
-    name = _HFS_IGNORED.sub("", part).casefold()
+    if part.isascii():
+        name = part.lower()
+        if "git" not in name:
+            return False  # the common case, without the regular expressions
+    else:
+        name = _HFS_IGNORED.sub("", part).casefold()
     name = re.split(r"[:\\]", name, maxsplit=1)[0].rstrip(". ")
     return name in (".git", "git~1")
 

@@ -399,10 +399,15 @@ async def log(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
-    entry = await hub.c.io(hub.c.trace.show, request.match_info["commit"])
-    if not who.admin and (entry.effect is None
-                          or not hub.t.covers(who, entry.effect.scope, hub.c)):
-        raise Forbidden("this commit is not on a scope this token acts on")
+    coord = hub.c
+    entry = await coord.io(coord.trace.show, request.match_info["commit"])
+    if not who.admin:
+        owner = coord.scopes.get(entry.effect.scope) if entry.effect is not None else None
+        # ... and of the incarnation it covers: a commit of an earlier scope of
+        # the same name is not in the history that starts at this one's fork.
+        if (owner is None or not hub.t.covers(who, owner.name, coord)
+                or not await coord.io(coord.trace.is_ancestor, owner.fork_point, entry.commit)):
+            raise Forbidden("this commit is not on a scope this token acts on")
     return _json(_entry(entry))
 
 

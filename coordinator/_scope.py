@@ -43,7 +43,7 @@ from ._errors import (
 )
 from ._events import Event
 from ._history import History
-from ._ignore import IgnoreRules
+from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
 from ._patch import apply_unified_diff
 from ._paths import check_path, check_scope_name, resolve_in
@@ -271,7 +271,7 @@ class Scope(EffectPath, History):
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
         outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
-                            ignored_files=tuple(ignored))
+                            ignored_files=store_ignored(trace, ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -333,6 +333,12 @@ class Scope(EffectPath, History):
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
 
         def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
+            for c in run.changes:  # what git cannot record is not applied either
+                try:
+                    check_path(c.path)
+                except PathError as e:
+                    raise PathError(f"the command wrote a path that cannot be recorded, so "
+                                    f"none of its changes are applied: {e}", cause=e) from e
             files = [
                 FileChange(
                     path=c.path,
@@ -351,7 +357,7 @@ class Scope(EffectPath, History):
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
                 truncated=run.truncated,
-                ignored_files=tuple(ignored),
+                ignored_files=store_ignored(trace, ignored),
             )
             return outcome, tracked, files
 

@@ -60,6 +60,14 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
         response = _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
         if "Allow" in e.headers:  # 405 must say which methods are allowed (RFC 9110)
             response.headers["Allow"] = e.headers["Allow"]
+        if e.status == 408:
+            # The rest of the body may never come: answer, then end the connection
+            # (aiohttp would otherwise wait 10 s more for it to arrive).
+            response.force_close()
+            await response.prepare(request)
+            await response.write_eof()
+            if request.transport is not None:
+                request.transport.close()
         return response
     except ValidationError as e:
         details = e.errors(include_url=False, include_context=False, include_input=False)

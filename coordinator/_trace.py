@@ -27,6 +27,7 @@ from pygit2.enums import ObjectType
 
 from ._effects import Effect, ScopeFork, ScopeRewind
 from ._errors import NotFound, StateError
+from ._ignore import load_ignored
 from ._journal import Journal
 
 __all__ = [
@@ -442,7 +443,7 @@ class Trace:
             if tree is None:
                 return {}
             return {name: self._drop(tree, self.ignored_since(intent.head, intent.to))}
-        changes = getattr(effect.outcome, "ignored_files", ())
+        changes = load_ignored(self, getattr(effect.outcome, "ignored_files", None))
         if not changes:
             return {}
         new = self.build_tree(tree, {c.path: (c.blob, c.mode) if c.blob else None

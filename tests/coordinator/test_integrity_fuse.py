@@ -97,3 +97,20 @@ async def test_a_policy_writing_through_scope_path_fails_fast(tmp_path: Path, re
         assert ticks > 0
         # Processes outside the coordinator are still asked as before.
         assert (await sh(a.path, "echo y > other.txt")).returncode == 0
+
+
+async def test_ignored_files_written_live_survive_a_reopen(tmp_path: Path, repo: Path):
+    """A process writing an ignored file through a fuse scope's mount is
+    recorded with the file's content beside the tree; reopening restores it."""
+    state = tmp_path / "s"
+    async with Coordinator.open(state, repo, backend="fuse") as coord:
+        a = await coord.root.fork("a")
+        before = len(coord.log(a))
+        r = await sh(a.path, "mkdir -p build && printf obj > build/live.o")
+        assert r.returncode == 0, r.stderr
+        effects = await settle(coord, a, before + 2)
+        kept = [e.outcome.ignored_files for e in effects  # type: ignore[union-attr]
+                if getattr(e.outcome, "ignored_files", None)]
+        assert any(b"build/live.o" in coord.trace.blob(b) for b in kept)
+    async with Coordinator.open(state, backend="fuse") as coord:
+        assert (coord.scope("a").path / "build/live.o").read_bytes() == b"obj"

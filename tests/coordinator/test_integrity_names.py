@@ -179,3 +179,25 @@ async def test_racing_forks_of_one_name_give_one_200_and_409s(srv):
     # one workspace per live scope: root, p1, p2 and the twenty winners
     assert len(coord.scopes) == 23
     assert len(coord.trace.scope_names()) == 23
+
+
+@pytest.mark.parametrize("script", [
+    "mkdir .GIT && echo x > .GIT/config",
+    "mkdir '.git.' && echo x > '.git./x' && echo ok > fine.txt",
+    "git init -q",
+    "printf x > \"$(printf 'a\\nb')\"",
+    "d=$(printf 'd/%.0s' $(seq 200)) && mkdir -p $d && echo x > ${d}f",
+])
+async def test_a_command_writing_an_unrecordable_path_applies_nothing(srv, script):
+    """A command that writes a path git cannot record (or that Corral refuses)
+    gets a 400 PathError naming it; none of its changes reach the workspace."""
+    c = srv.client
+    await c.fork("root", "a")
+    scope = srv.hub.c.scope("a")
+    before = sorted(os.listdir(scope.workspace.backing))
+    with pytest.raises(PathError, match="none of its changes are applied"):
+        await c.exec("a", ["sh", "-c", script])
+    assert sorted(os.listdir(scope.workspace.backing)) == before
+    [last] = [e.effect for e in (await c.log("a")).entries][-1:]
+    assert last is not None and last.status == "failed"
+    assert "cannot be recorded" in (last.error or "")

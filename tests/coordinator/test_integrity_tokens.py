@@ -103,3 +103,42 @@ async def test_an_event_stream_closes_when_its_scope_is_discarded(tmp_path, samp
         kinds = [e["effect"]["intent"]["kind"] for e in seen]
         assert kinds[-1] == "scope.discard" and "fs.write" in kinds
         assert all(e["effect"]["intent"].get("path") != "y.txt" for e in seen)
+
+
+async def test_a_recreated_parent_does_not_inherit_the_old_ones_children(tmp_path, sample_repo):
+    """P forks C; P is discarded and forked again under the same name: the new
+    P's token does not act on C (C was forked from the old P), C's own does."""
+    async with serve(tmp_path / "state", sample_repo) as srv:
+        c = srv.client
+        p_old = c.with_token((await c.fork("root", "p")).token)
+        child = await p_old.fork("p", "c")
+        assert (await p_old.write("c", "x.txt", b"x")).ok
+        await c.discard("p")
+        await c.write("root", "moved.txt", b"root moved on")  # a different fork commit
+        p_new = c.with_token((await c.fork("root", "p")).token)
+        from coordinator import Forbidden
+        with pytest.raises(Forbidden):
+            await p_new.write("c", "y.txt", b"y")
+        assert "c" not in [s.name for s in await p_new.scopes()]
+        assert (await c.with_token(child.token).write("c", "y.txt", b"y")).ok
+        assert (await p_new.fork("p", "c2")).token  # its own children it covers
+        assert (await p_new.write("c2", "z.txt", b"z")).ok
+
+
+async def test_a_recreated_scope_cannot_read_its_predecessors_commits(tmp_path, sample_repo):
+    """/v1/trace/{commit} with the token of a re-created scope refuses the
+    commits of the earlier scope of that name, and shows its own."""
+    async with serve(tmp_path / "state", sample_repo) as srv:
+        c = srv.client
+        old = c.with_token((await c.fork("root", "a")).token)
+        secret = (await old.write("a", "secret.txt", b"old incarnation's")).commit
+        assert (await old.show(secret)).effect is not None
+        await c.discard("a")
+        await c.write("root", "moved.txt", b"x")
+        new = c.with_token((await c.fork("root", "a")).token)
+        mine = (await new.write("a", "mine.txt", b"new")).commit
+        from coordinator import Forbidden
+        with pytest.raises(Forbidden):
+            await new.show(secret)
+        assert (await new.show(mine)).effect is not None
+        assert (await c.show(secret)).effect is not None  # the admin sees everything
