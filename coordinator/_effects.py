@@ -82,13 +82,25 @@ class FsWrite(_Record):
 
 
 class FsPatch(_Record):
+    """A patch (`git diff` / `git format-patch` form) of one or many files: one
+    intent, one commit. What it changes is computed at proposal, so a policy
+    reviews every file (`changes`)."""
+
     kind: Literal["fs.patch"] = "fs.patch"
     path: str
+    """The first path of `changes` (the patched file, for a one-file patch)."""
     diff: str
-    """Blob id of the unified diff as given."""
-    blob: str
-    """Blob id of the file after the diff is applied (computed at proposal)."""
+    """Blob id of the patch as given."""
+    blob: str | None
+    """Blob id of `path` after the patch (None when the patch deletes it)."""
     mode: int = 0o100644
+    changes: tuple[FileChange, ...] = ()
+    """Every file the patch changes, in path order (a rename is a deletion and
+    a new file). Empty in records from before multi-file patches: then
+    `path`/`blob`/`mode` are the one change."""
+    three_way: bool = False
+    """Applied as `git apply --3way` (falling back to a merge with the blob the
+    patch was made against)."""
 
 
 class FsDelete(_Record):
@@ -338,6 +350,8 @@ class Effect(_Record):
         i = self.intent
         detail: str
         match i:
+            case FsPatch() if len(i.changes) > 1:
+                detail = f"{i.path} (+{len(i.changes) - 1} more)"
             case FsWrite() | FsPatch() | FsDelete():
                 detail = i.path
             case FsOp():

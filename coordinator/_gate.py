@@ -56,6 +56,8 @@ class GateRule:
 
 def _paths(intent: Intent) -> list[str]:
     match intent:
+        case FsPatch() if intent.changes:  # a patch of many files
+            return [c.path for c in intent.changes]
         case FsWrite() | FsPatch() | FsDelete():
             return [intent.path]
         case Exec(changes=changes) if changes:

@@ -48,7 +48,6 @@ from ._effects import (
     Exec,
     ExecOutcome,
     FsDelete,
-    FsPatch,
     FsWrite,
     Intent,
     Message,
@@ -59,7 +58,7 @@ from ._effects import (
 from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
-from ._patch import apply_unified_diff
+from ._patch import for_one_file
 from ._policy import ScopeInfo
 from ._scope import Scope
 from ._streams import events, reviewers
@@ -258,11 +257,9 @@ async def review(request: web.Request) -> web.Response:
     elif req.patch is not None:
         p = req.patch
         path = scope._writable(p.path)
-        raw = p.diff.encode()
-        new = apply_unified_diff(await scope.read(path), raw, path)
-        diff_blob, blob = await hub.c.io(lambda: (trace.write_blob(raw), trace.write_blob(new)))
-        mode = await hub.c.io(scope._mode_of, path)
-        intent, cause = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode), p.cause
+        raw = for_one_file(path, p.diff.encode())
+        intent = await hub.c.io(scope._patch_intent, raw, True, False)
+        cause = p.cause
     elif req.delete is not None:
         intent, cause = FsDelete(path=scope._writable(req.delete.path)), req.delete.cause
     else:

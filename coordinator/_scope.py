@@ -9,9 +9,13 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
+
+from pygit2.enums import ObjectType
 
 from sandboxes import Change, Workspace, apply_changes
 
@@ -36,6 +40,7 @@ from ._effects import (
 from ._errors import (
     CorralError,
     NotFound,
+    PatchError,
     PathError,
     RewindError,
     SandboxFailure,
@@ -45,7 +50,7 @@ from ._events import Event
 from ._history import History
 from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
-from ._patch import apply_unified_diff
+from ._patch import apply_patch, for_one_file
 from ._paths import check_path, check_scope_name, resolve_in
 from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
@@ -209,23 +214,82 @@ class Scope(EffectPath, History):
             cause=cause,
         )
 
-    async def patch(self, path: str, diff: str | bytes, *, cause: str | None = None) -> Result:
-        """Apply unified-diff hunks to `path`. Raises PatchError when they do not apply,
-        FileNotFoundError when the file does not exist."""
-        path = self._writable(path)
-        raw = diff.encode() if isinstance(diff, str) else bytes(diff)
-        trace = self._coord.trace
+    async def patch(
+        self,
+        path_or_diff: str | bytes,
+        diff: str | bytes | None = None,
+        *,
+        three_way: bool = False,
+        cause: str | None = None,
+    ) -> Result:
+        """Apply a patch as `git apply` does: `patch(diff)` takes a whole
+        `git diff` / `git format-patch` patch (many files, new, deleted and
+        renamed files, modes, binary); `patch(path, diff)` a diff of one file,
+        bare hunks included, which must name `path` if it names a file, applied
+        as `git apply --unidiff-zero` does (hand-made hunks need not have
+        context at both ends; line counts are honoured all the same).
+        `three_way=True` falls back like `git apply --3way`. The patch is one
+        intent listing every file it changes, and one commit.
+
+        Raises PatchError (with git's reason) when the patch is malformed or
+        does not apply, PathError when it would write a bad path.
+        """
+        self._check_live()
+        if diff is None:
+            path, text = None, path_or_diff
+        else:
+            path, text = self._writable(str(path_or_diff)), diff
+        raw = text.encode() if isinstance(text, str) else bytes(text)
+        if path is not None:
+            raw = for_one_file(path, raw)
+            if b"\n--- /dev/null" not in b"\n" + raw and self._preimage(path) is None:
+                raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
         async with self._lock:
             self._check_live()
-            current = await self.read(path)
-            new = apply_unified_diff(current, raw, path)
-            diff_blob, blob = await self._coord.io(
-                lambda: (trace.write_blob(raw), trace.write_blob(new))
-            )
-            mode = await self._coord.io(self._mode_of, path)
-            intent = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode)
-            act = InThread(self._files_act, inline=len(new) <= _INLINE_BYTES)
+            intent = await self._coord.io(self._patch_intent, raw, path is not None, three_way)
+            size = sum(1 for c in intent.changes if c.blob is not None)
+            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= _INLINE_BYTES)
             return await self._perform(intent, act, cause=cause)
+
+    def _patch_intent(self, raw: bytes, one_file: bool, three_way: bool) -> FsPatch:
+        """The intent of patch `raw`: every file it changes, as git apply leaves
+        them (blobs written). Raises PatchError when it does not apply."""
+        trace = self._coord.trace
+        files = apply_patch(raw, self._preimage, three_way=three_way,
+                            unidiff_zero=one_file, blob=self._known_blob)
+        if not files:
+            raise PatchError("the patch changes nothing")
+        changes = tuple(
+            FileChange(path=self._writable(f.path),
+                       blob=trace.write_blob(f.data) if f.data is not None else None,
+                       mode=f.mode)
+            for f in files
+        )
+        first = changes[0]
+        return FsPatch(path=first.path, diff=trace.write_blob(raw), blob=first.blob,
+                       mode=first.mode, changes=changes, three_way=three_way)
+
+    def _preimage(self, path: str) -> tuple[bytes, int] | None:
+        """A workspace file's content and git mode, for a patch to apply to;
+        None for what is no file (or no valid path) there."""
+        try:
+            target = resolve_in(self.workspace.backing, check_path(path), follow_last=False)
+            st = target.lstat()
+        except (PathError, OSError):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return os.fsencode(os.readlink(target)), 0o120000
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return target.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644
+
+    def _known_blob(self, abbrev: str) -> bytes | None:
+        """A blob of the trace by abbreviated id (for `git apply --3way`)."""
+        try:
+            obj = self._coord.trace.repo[abbrev]
+        except (KeyError, ValueError):
+            return None
+        return obj.read_raw() if obj.type == ObjectType.BLOB else None
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""
@@ -249,6 +313,14 @@ class Scope(EffectPath, History):
 
     def _files_act(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         match intent:
+            case FsPatch() if intent.changes:
+                # a rewrite may have replaced `path`'s content; deletions go first
+                # (a file may give way to a directory of the same name)
+                changes = sorted(
+                    (FileChange(path=c.path, blob=intent.blob, mode=intent.mode)
+                     if c.path == intent.path else c for c in intent.changes),
+                    key=lambda c: c.blob is not None,
+                )
             case FsWrite() | FsPatch():
                 changes = [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
             case FsDelete():
