@@ -8,7 +8,7 @@ how many) instead of slowing the agents down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,6 +94,12 @@ class Subscription:
 class EventBus:
     def __init__(self) -> None:
         self._subs: set[Subscription] = set()
+        self._taps: list[Callable[[Event], None]] = []
+
+    def tap(self, fn: Callable[[Event], None]) -> None:
+        """Call `fn` with every event as it is published, synchronously (for counters:
+        it must be quick and must not raise; it runs on the agents' path)."""
+        self._taps.append(fn)
 
     def subscribe(
         self,
@@ -114,6 +120,8 @@ class EventBus:
         return sub
 
     def publish(self, event: Event) -> None:
+        for fn in self._taps:
+            fn(event)
         for sub in list(self._subs):
             if sub.matches(event):
                 sub._offer(event)
