@@ -7,6 +7,7 @@ the coordinator's core never depends on them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import sys
 from pathlib import Path
@@ -35,9 +36,22 @@ console = Console()
 err = Console(stderr=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", "-s", help="Coordinator state directory.")]
+def _backend_name(value: str | None) -> str | None:
+    """Refuse an unknown --backend before any work starts (not a KeyError later)."""
+    if value is None:
+        return None
+    import sandboxes
+
+    if value not in sandboxes.backends:
+        raise typer.BadParameter(
+            f"unknown backend {value!r}; choose one of {', '.join(sorted(sandboxes.backends))}")
+    return value
+
+
 BackendOpt = Annotated[
     Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
-    typer.Option(help="Sandbox backend: overlay, copy (default: the best available)."),
+    typer.Option(help="Sandbox backend: overlay, fuse, copy (default: the best available).",
+                 callback=_backend_name),
 ]
 
 
@@ -184,8 +198,10 @@ def trace_graph(state: StateOpt = Path(".corral")) -> None:
         err.print(f"[yellow]note:[/] {len(trace.journal.refs)} ref move(s) are in the trace's "
                   "journal, not yet checkpointed (a coordinator is running, or was killed: "
                   "opening it again checkpoints); `corral trace log` shows them")
+    # git decorates only heads, tags and remotes by default: name Corral's refs too
     subprocess.run(["git", "--git-dir", str(trace.path), "log", "--graph", "--oneline",
-                    "--decorate", f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
+                    "--decorate=short", "--decorate-refs=refs/corral/",
+                    f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
 
 
 @app.command()
@@ -223,7 +239,8 @@ def serve(
     admin_token_file: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
-                     "else a random one, printed)."),
+                     "else the one kept in STATE/admin-token, made and printed on first "
+                     "use)."),
     ] = None,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
         8 * 1024 * 1024),
@@ -240,7 +257,15 @@ def serve(
 
     token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
     if admin_token_file is not None:
-        token = admin_token_file.read_text().strip() or None
+        try:
+            token = admin_token_file.read_text().strip() or None
+        except OSError as e:
+            _fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
+    print_token = False
+    if token is None:
+        token, print_token = _state_admin_token(state)
+        if not print_token:
+            err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
     try:
         policies = [load_policy(p) for p in policy or []]
     except LookupError as e:
@@ -251,7 +276,42 @@ def serve(
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
         defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
     )
-    asyncio.run(run_server(config, host, port))
+    try:
+        asyncio.run(run_server(config, host, port, print_token=print_token))
+    except OSError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            _fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "
+                  "(pick another --port, or --port 0 for any free one)")
+        raise
+
+
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def _state_admin_token(state: Path) -> tuple[str, bool]:
+    """The admin token kept in `<state>/admin-token` (mode 0600), made on first use,
+    so a restarted server keeps its dashboard logged in. Returns (token, new)."""
+    import os
+    import secrets
+
+    path = state / ADMIN_TOKEN_FILE
+    try:
+        token = path.read_text().strip()
+        if token:
+            return token, False
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        _fail(f"cannot read the admin token in {path}: {e.strerror}")
+    token = "a." + secrets.token_urlsafe(24)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    except OSError as e:
+        _fail(f"cannot keep the admin token in {path}: {e.strerror}")
+    return token, True
 
 
 def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
