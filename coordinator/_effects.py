@@ -326,7 +326,7 @@ class Effect(_Record):
             case FsOp():
                 detail = f"{i.op} {i.path}" + (f" -> {i.target}" if i.target else "")
             case Exec():
-                detail = " ".join(i.argv)[:80]
+                detail = _clip(" ".join(i.argv), 80)
             case ModelCall():
                 detail = f"{i.provider}/{i.model}"
             case ToolCall():
@@ -345,3 +345,12 @@ class Effect(_Record):
                 detail = f"{i.action} {i.target}"
         mark = "" if self.status == "materialized" or not status else f" [{self.status}]"
         return f"{i.kind} {detail}{mark}"
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word boundary, marked with "…"."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + "…"

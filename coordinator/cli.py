@@ -17,17 +17,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
-from ._trace import SCOPE_PREFIX, Trace
+from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 
+# rich_markup_mode=None: click's plain help, where a flag shows no "<bool>" type
 app = typer.Typer(
+    rich_markup_mode=None,
     help="Corral: a coordination server for coding agents working in parallel on one repo.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-trace_app = typer.Typer(help="Read a coordinator's trace (a git repository).",
+trace_app = typer.Typer(rich_markup_mode=None,
+                        help="Read a coordinator's trace (a git repository).",
                         no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks: print a table, and --json FILE for data.",
+bench_app = typer.Typer(rich_markup_mode=None,
+                        help="Benchmarks: print a table, and --json FILE for data.",
                         no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 app.add_typer(bench_app, name="bench")
@@ -144,29 +149,70 @@ def _trace(state: Path) -> Trace:
     return Trace(state / "trace.git", writable=False)
 
 
+def _branch(trace: Trace, scope: str) -> tuple[str, str]:
+    """(head, note) of a live scope, or of the newest archive of a discarded one."""
+    head = trace.head(scope)
+    if head is not None:
+        return head, ""
+    archives = [r for r in trace.refs(ARCHIVE_PREFIX)
+                if r.startswith(f"{ARCHIVE_PREFIX}{scope}-") or r == scope]
+    if archives:
+        ref = max(archives, key=lambda r: (len(r), r))
+        target = trace.ref(ref)
+        assert target is not None
+        return target, f"{scope} was discarded; its branch is kept as {ref}"
+    live = ", ".join(trace.scope_names())
+    gone = sorted({r[len(ARCHIVE_PREFIX):].rsplit("-", 1)[0]
+                   for r in trace.refs(ARCHIVE_PREFIX) if "/rewound-" not in r})
+    _fail(f"no scope {scope!r}; live: {live}" + (f"; discarded: {', '.join(gone)}" if gone
+                                                   else ""))
+    raise AssertionError  # unreachable: _fail exits
+
+
+def _status(effect: Effect) -> str:
+    """The effect's status, with a command's exit code (a failed test run is not
+    just "materialized")."""
+    out = effect.outcome
+    if isinstance(out, ExecOutcome):
+        return f"{effect.status}, timed out" if out.timed_out else (
+            f"{effect.status}, exit {out.returncode}")
+    return effect.status
+
+
 @trace_app.command("log")
 def trace_log(
-    scope: Annotated[str, typer.Argument(help="Scope name.")] = "root",
+    scope: Annotated[str, typer.Argument(help="Scope name (a discarded scope's archive too).")
+                     ] = "root",
     state: StateOpt = Path(".corral"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print effects as JSON lines.")] = False,
+    full: Annotated[bool, typer.Option("--full", metavar="",
+                                       help="Also the parent's history before the fork.")
+                    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", metavar="",
+                                           help="Print effects as JSON lines.")] = False,
 ) -> None:
-    """The effects on a scope's branch, oldest first."""
+    """The effects on a scope's branch since its fork, oldest first (--full: from the
+    snapshot, ancestors' effects included)."""
     trace = _trace(state)
-    head = trace.head(scope)
-    if head is None:
-        _fail(f"no scope {scope!r}; scopes: {', '.join(trace.scope_names())}")
-        return
+    head, note = _branch(trace, scope)
     entries = trace.log(head)
+    if not full:
+        start = next((i for i, e in enumerate(entries) if e.effect is not None
+                      and e.effect.kind == "scope.fork" and e.effect.scope == scope), 0)
+        entries = entries[start:]
     if json_out:
         for e in entries:
             sys.stdout.write(json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
                 mode="json") if e.effect else None}) + "\n")
         return
+    if note:
+        err.print(f"[yellow]note:[/] {note}")
     table = Table("commit", "id", "kind", "status", "summary", box=None)
+    table.columns[4].overflow = "fold"
     for e in entries:
         eff = e.effect
         assert eff is not None
-        table.add_row(e.commit[:10], eff.id, eff.kind, eff.status, e.subject)
+        table.add_row(e.commit[:10], eff.id, eff.kind, _status(eff),
+                      eff.summary(status=False))
     console.print(table)
 
 
@@ -174,17 +220,63 @@ def trace_log(
 def trace_show(
     commit: Annotated[str, typer.Argument(help="Commit id (or a ref).")],
     state: StateOpt = Path(".corral"),
+    blobs: Annotated[bool, typer.Option("--blobs", metavar="",
+                                        help="Inline the text of the blobs the record "
+                                        "names (command output, model request and "
+                                        "response, file content).")] = False,
 ) -> None:
-    """One effect record, as JSON."""
+    """One effect record, as JSON (blobs by id; `--blobs` inlines their text,
+    `corral trace blob ID` prints one)."""
     trace = _trace(state)
     try:
         entry = trace.show(commit)
     except CorralError as e:
         _fail(str(e))
         return
-    out = {"commit": entry.commit, "parents": entry.parents, "tree": entry.tree,
-           "effect": entry.effect.model_dump(mode="json") if entry.effect else None}
+    record = entry.effect.model_dump(mode="json") if entry.effect else None
+    out: dict[str, Any] = {"commit": entry.commit, "parents": entry.parents,
+                           "tree": entry.tree, "effect": record}
+    if blobs and entry.effect is not None:
+        out["blobs"] = {oid: trace.blob(oid).decode("utf-8", "replace")
+                        for oid in _blob_ids(record)}
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
+
+
+def _blob_ids(record: Any) -> list[str]:
+    """The blob ids a record names (in its intent and outcome), in order, once each."""
+    found: list[str] = []
+    keys = ("blob", "stdout", "stderr", "request", "response")
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in keys and isinstance(v, str) and len(v) == 40 and v not in found:
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk({k: record.get(k) for k in ("intent", "outcome")})
+    return found
+
+
+@trace_app.command("blob")
+def trace_blob(
+    blob_id: Annotated[str, typer.Argument(help="A blob id from a record (stdout, "
+                                           "request, blob...).")],
+    state: StateOpt = Path(".corral"),
+) -> None:
+    """Print one blob of the trace as it is stored (bytes to stdout)."""
+    trace = _trace(state)
+    try:
+        data = trace.blob(blob_id)
+    except (CorralError, KeyError, ValueError) as e:
+        _fail(f"no blob {blob_id!r} in the trace ({e})")
+        return
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
 
 
 @trace_app.command("graph")
