@@ -203,7 +203,5 @@ class ModelCaller:
         self.prompt_tokens += u.prompt_tokens
         self.cached_tokens += u.cached_prompt_tokens
         self.completion_tokens += u.completion_tokens
-        tokens = getattr(self.coord.metrics, "tokens", None)
-        if callable(tokens):  # added by the server's metrics; absent in older coordinators
-            tokens(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens)
+        # corral_model_tokens_total is counted by the coordinator from the recorded effect
         return result

@@ -10,6 +10,7 @@ into root, the tests pass in root, and the trace graph is printed.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import time
@@ -20,7 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from coordinator import ConflictGuard, Coordinator, Event, ExecOutcome, Result
+from coordinator import ConflictGuard, Coordinator, Event, ExecOutcome, Result, StateError
 
 from .scripted import Run, ScriptedAgent, Write
 
@@ -105,17 +106,43 @@ async def run_demo(
     console: Console, state: Path | None = None, backend: str | None = None
 ) -> DemoReport:
     """Run the demo; returns its report (also printed as it goes)."""
+    with tempfile.TemporaryDirectory(prefix="corral-demo-") as tmp:
+        if state is not None:
+            _fresh_demo_state(state)
+        return await _run_demo(console, Path(tmp), state, backend)
+
+
+DEMO_MARK = "corral-demo"
+"""A file the demo leaves in its --state directory: what it may clear on the next run."""
+
+
+def _fresh_demo_state(state: Path) -> None:
+    """Make `state` ready for a new demo run: clear an earlier demo's state there
+    (recognised by its mark), refuse a directory holding anything else."""
+    if state.exists() and any(state.iterdir()):
+        if not (state / DEMO_MARK).exists():
+            raise StateError(f"{state} is not empty and not an earlier demo's state: "
+                             "give --state a new or empty directory")
+        shutil.rmtree(state)
+    state.mkdir(parents=True, exist_ok=True)
+    (state / DEMO_MARK).write_text("written by `corral demo`; the next demo run clears this "
+                                   "directory\n")
+
+
+async def _run_demo(
+    console: Console, tmp: Path, state: Path | None, backend: str | None
+) -> DemoReport:
     started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="corral-demo-"))
+    kept = state is not None
     state = state or tmp / "state"
     repo = make_demo_repo(tmp / "calc")
-    report = DemoReport(state=str(state))
+    report = DemoReport(state=str(state) if kept else "")
     guard = ConflictGuard()
     py = "python3"  # the system's: a command sees no venv unless declared (coord.toolchain)
     async with Coordinator.open(state, repo, backend=backend, policies=[guard]) as coord:
         report.backend = coord.backend.name
-        console.print(f"[bold]Corral demo[/] — repository {repo}, state {state}, "
-                      f"sandbox [cyan]{coord.backend.name}[/]\n")
+        where = f"state {state}" if kept else "a temporary state (--state DIR keeps it)"
+        console.print(f"[bold]Corral demo[/] — {where}, sandbox [cyan]{coord.backend.name}[/]\n")
         sub = coord.events.subscribe(types=["effect"])
 
         def show(note: str = "") -> None:

@@ -169,6 +169,7 @@ class Coordinator:
             coord = cls(state, trace, backend, PolicyChain(policies))
             coord._lockfile = lockfd
             coord.metrics.watch_journal(trace.journal)
+            coord.metrics.watch_events(coord.events)
             coord._load_scopes(snapshot)
             trace.start()
             return coord

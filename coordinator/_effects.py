@@ -357,7 +357,7 @@ class Effect(_Record):
             case FsOp():
                 detail = f"{i.op} {i.path}" + (f" -> {i.target}" if i.target else "")
             case Exec():
-                detail = " ".join(i.argv)[:80]
+                detail = _clip(" ".join(i.argv), 80)
             case ModelCall():
                 detail = f"{i.provider}/{i.model}"
             case ToolCall():
@@ -384,3 +384,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def _escape(m: re.Match[str]) -> str:
     return f"\\x{ord(m.group()):02x}"
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a word boundary, marked with "…"."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + "…"

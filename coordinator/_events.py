@@ -99,7 +99,8 @@ class EventBus:
     def listen(self, fn: Callable[[Event], None]) -> None:
         """Call `fn` with every event, synchronously, after the subscriptions
         have it (for bookkeeping that must not lag: revoking a discarded scope's
-        token before anything else can run). `fn` must not block or raise."""
+        token before anything else can run; counting tokens from model calls).
+        `fn` runs on the agents' path: it must be quick and must not raise."""
         self._listeners.append(fn)
 
     def subscribe(

@@ -12,8 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ._effects import ModelOutcome
+
 if TYPE_CHECKING:
     from ._coordinator import Coordinator
+    from ._events import Event, EventBus
     from ._journal import Journal
 
 __all__ = ["Metrics"]
@@ -98,6 +101,22 @@ class Metrics:
         journal.on_wait = self.backpressure_seconds.observe
         self.journal_bytes.set_function(lambda: journal.held_bytes)
         self.journal_objects.set_function(lambda: len(journal.objects) + len(journal.sealed))
+
+    def watch_events(self, bus: EventBus) -> None:
+        """Count `corral_model_tokens_total` from every recorded `model.call` effect,
+        whoever made it (an in-process agent, the LLM supervisor, or a client whose
+        calls the coordinator records): the trace is the one place they all pass.
+        Replayed calls cost no tokens and are not counted."""
+
+        def counted(event: Event) -> None:
+            if event.type != "effect" or event.effect.kind != "model.call":
+                return
+            out = event.effect.outcome
+            if isinstance(out, ModelOutcome) and not out.replayed:
+                u = out.usage
+                self.tokens(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens)
+
+        bus.listen(counted)
 
     def conflicts(self, n: int) -> None:
         if n:

@@ -517,3 +517,8 @@ ROUTES: tuple[Route, ...] = (
                  Query("token", "The admin token")),
           auth="admin", websocket=True, tag="streams"),
 )
+
+# The dashboard's read-only views (graph, diffs, scope overview) live in _views.py.
+from ._views import VIEW_ROUTES  # noqa: E402
+
+ROUTES = ROUTES + VIEW_ROUTES

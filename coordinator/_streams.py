@@ -22,9 +22,10 @@ EVENT_TYPES = ("intent", "decision", "effect")
 
 def event_json(event: Event) -> str:
     """`{"type", "commit", "summary", "effect"}`: the effect record as the trace
-    stores it, and its one-line summary (the commit subject)."""
+    stores it, and its one-line summary (the commit subject). A decision's summary
+    carries no "[pending]" mark: the decision beside it says what became of it."""
     commit = json.dumps(event.commit)
-    summary = json.dumps(event.effect.summary())
+    summary = json.dumps(event.effect.summary(status=event.type != "decision"))
     return (f'{{"type":"{event.type}","commit":{commit},"summary":{summary},'
             f'"effect":{event.effect.model_dump_json()}}}')
 

@@ -7,6 +7,7 @@ the coordinator's core never depends on them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import sys
 from pathlib import Path
@@ -16,17 +17,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
-from ._trace import SCOPE_PREFIX, Trace
+from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 
+# rich_markup_mode=None: click's plain help, where a flag shows no "<bool>" type
 app = typer.Typer(
+    rich_markup_mode=None,
     help="Corral: a coordination server for coding agents working in parallel on one repo.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-trace_app = typer.Typer(help="Read a coordinator's trace (a git repository).",
+trace_app = typer.Typer(rich_markup_mode=None,
+                        help="Read a coordinator's trace (a git repository).",
                         no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks: print a table, and --json FILE for data.",
+bench_app = typer.Typer(rich_markup_mode=None,
+                        help="Benchmarks: print a table, and --json FILE for data.",
                         no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 app.add_typer(bench_app, name="bench")
@@ -35,9 +41,22 @@ console = Console()
 err = Console(stderr=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", "-s", help="Coordinator state directory.")]
+def _backend_name(value: str | None) -> str | None:
+    """Refuse an unknown --backend before any work starts (not a KeyError later)."""
+    if value is None:
+        return None
+    import sandboxes
+
+    if value not in sandboxes.backends:
+        raise typer.BadParameter(
+            f"unknown backend {value!r}; choose one of {', '.join(sorted(sandboxes.backends))}")
+    return value
+
+
 BackendOpt = Annotated[
     Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
-    typer.Option(help="Sandbox backend: overlay, copy (default: the best available)."),
+    typer.Option(help="Sandbox backend: overlay, fuse, copy (default: the best available).",
+                 callback=_backend_name),
 ]
 
 
@@ -133,29 +152,70 @@ def _trace(state: Path) -> Trace:
     return Trace(state / "trace.git", writable=False)
 
 
+def _branch(trace: Trace, scope: str) -> tuple[str, str]:
+    """(head, note) of a live scope, or of the newest archive of a discarded one."""
+    head = trace.head(scope)
+    if head is not None:
+        return head, ""
+    archives = [r for r in trace.refs(ARCHIVE_PREFIX)
+                if r.startswith(f"{ARCHIVE_PREFIX}{scope}-") or r == scope]
+    if archives:
+        ref = max(archives, key=lambda r: (len(r), r))
+        target = trace.ref(ref)
+        assert target is not None
+        return target, f"{scope} was discarded; its branch is kept as {ref}"
+    live = ", ".join(trace.scope_names())
+    gone = sorted({r[len(ARCHIVE_PREFIX):].rsplit("-", 1)[0]
+                   for r in trace.refs(ARCHIVE_PREFIX) if "/rewound-" not in r})
+    _fail(f"no scope {scope!r}; live: {live}" + (f"; discarded: {', '.join(gone)}" if gone
+                                                   else ""))
+    raise AssertionError  # unreachable: _fail exits
+
+
+def _status(effect: Effect) -> str:
+    """The effect's status, with a command's exit code (a failed test run is not
+    just "materialized")."""
+    out = effect.outcome
+    if isinstance(out, ExecOutcome):
+        return f"{effect.status}, timed out" if out.timed_out else (
+            f"{effect.status}, exit {out.returncode}")
+    return effect.status
+
+
 @trace_app.command("log")
 def trace_log(
-    scope: Annotated[str, typer.Argument(help="Scope name.")] = "root",
+    scope: Annotated[str, typer.Argument(help="Scope name (a discarded scope's archive too).")
+                     ] = "root",
     state: StateOpt = Path(".corral"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print effects as JSON lines.")] = False,
+    full: Annotated[bool, typer.Option("--full", metavar="",
+                                       help="Also the parent's history before the fork.")
+                    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", metavar="",
+                                           help="Print effects as JSON lines.")] = False,
 ) -> None:
-    """The effects on a scope's branch, oldest first."""
+    """The effects on a scope's branch since its fork, oldest first (--full: from the
+    snapshot, ancestors' effects included)."""
     trace = _trace(state)
-    head = trace.head(scope)
-    if head is None:
-        _fail(f"no scope {scope!r}; scopes: {', '.join(trace.scope_names())}")
-        return
+    head, note = _branch(trace, scope)
     entries = trace.log(head)
+    if not full:
+        start = next((i for i, e in enumerate(entries) if e.effect is not None
+                      and e.effect.kind == "scope.fork" and e.effect.scope == scope), 0)
+        entries = entries[start:]
     if json_out:
         for e in entries:
             sys.stdout.write(json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
                 mode="json") if e.effect else None}) + "\n")
         return
+    if note:
+        err.print(f"[yellow]note:[/] {note}")
     table = Table("commit", "id", "kind", "status", "summary", box=None)
+    table.columns[4].overflow = "fold"
     for e in entries:
         eff = e.effect
         assert eff is not None
-        table.add_row(e.commit[:10], eff.id, eff.kind, eff.status, e.subject)
+        table.add_row(e.commit[:10], eff.id, eff.kind, _status(eff),
+                      eff.summary(status=False))
     console.print(table)
 
 
@@ -163,17 +223,63 @@ def trace_log(
 def trace_show(
     commit: Annotated[str, typer.Argument(help="Commit id (or a ref).")],
     state: StateOpt = Path(".corral"),
+    blobs: Annotated[bool, typer.Option("--blobs", metavar="",
+                                        help="Inline the text of the blobs the record "
+                                        "names (command output, model request and "
+                                        "response, file content).")] = False,
 ) -> None:
-    """One effect record, as JSON."""
+    """One effect record, as JSON (blobs by id; `--blobs` inlines their text,
+    `corral trace blob ID` prints one)."""
     trace = _trace(state)
     try:
         entry = trace.show(commit)
     except CorralError as e:
         _fail(str(e))
         return
-    out = {"commit": entry.commit, "parents": entry.parents, "tree": entry.tree,
-           "effect": entry.effect.model_dump(mode="json") if entry.effect else None}
+    record = entry.effect.model_dump(mode="json") if entry.effect else None
+    out: dict[str, Any] = {"commit": entry.commit, "parents": entry.parents,
+                           "tree": entry.tree, "effect": record}
+    if blobs and entry.effect is not None:
+        out["blobs"] = {oid: trace.blob(oid).decode("utf-8", "replace")
+                        for oid in _blob_ids(record)}
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
+
+
+def _blob_ids(record: Any) -> list[str]:
+    """The blob ids a record names (in its intent and outcome), in order, once each."""
+    found: list[str] = []
+    keys = ("blob", "stdout", "stderr", "request", "response")
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in keys and isinstance(v, str) and len(v) == 40 and v not in found:
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk({k: record.get(k) for k in ("intent", "outcome")})
+    return found
+
+
+@trace_app.command("blob")
+def trace_blob(
+    blob_id: Annotated[str, typer.Argument(help="A blob id from a record (stdout, "
+                                           "request, blob...).")],
+    state: StateOpt = Path(".corral"),
+) -> None:
+    """Print one blob of the trace as it is stored (bytes to stdout)."""
+    trace = _trace(state)
+    try:
+        data = trace.blob(blob_id)
+    except (CorralError, KeyError, ValueError) as e:
+        _fail(f"no blob {blob_id!r} in the trace ({e})")
+        return
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
 
 
 @trace_app.command("graph")
@@ -187,8 +293,10 @@ def trace_graph(state: StateOpt = Path(".corral")) -> None:
         err.print(f"[yellow]note:[/] {len(trace.journal.refs)} ref move(s) are in the trace's "
                   "journal, not yet checkpointed (a coordinator is running, or was killed: "
                   "opening it again checkpoints); `corral trace log` shows them")
+    # git decorates only heads, tags and remotes by default: name Corral's refs too
     subprocess.run(["git", "--git-dir", str(trace.path), "log", "--graph", "--oneline",
-                    "--decorate", f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
+                    "--decorate=short", "--decorate-refs=refs/corral/",
+                    f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
 
 
 @app.command()
@@ -226,7 +334,8 @@ def serve(
     admin_token_file: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
-                     "else a random one, printed)."),
+                     "else the one kept in STATE/admin-token, made and printed on first "
+                     "use)."),
     ] = None,
     toolchain: Annotated[
         Optional[list[Path]],  # noqa: UP045
@@ -258,7 +367,15 @@ def serve(
 
     token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
     if admin_token_file is not None:
-        token = admin_token_file.read_text().strip() or None
+        try:
+            token = admin_token_file.read_text().strip() or None
+        except OSError as e:
+            _fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
+    print_token = False
+    if token is None:
+        token, print_token = _state_admin_token(state)
+        if not print_token:
+            err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
     try:
         policies = [load_policy(p) for p in policy or []]
         limits = parse_limits(limit or [])
@@ -272,7 +389,42 @@ def serve(
         exec_limits=limits, toolchain=tuple(toolchain or ()),
         body_timeout=body_timeout,
     )
-    asyncio.run(run_server(config, host, port))
+    try:
+        asyncio.run(run_server(config, host, port, print_token=print_token))
+    except OSError as e:
+        if e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            _fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "
+                  "(pick another --port, or --port 0 for any free one)")
+        raise
+
+
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def _state_admin_token(state: Path) -> tuple[str, bool]:
+    """The admin token kept in `<state>/admin-token` (mode 0600), made on first use,
+    so a restarted server keeps its dashboard logged in. Returns (token, new)."""
+    import os
+    import secrets
+
+    path = state / ADMIN_TOKEN_FILE
+    try:
+        token = path.read_text().strip()
+        if token:
+            return token, False
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        _fail(f"cannot read the admin token in {path}: {e.strerror}")
+    token = "a." + secrets.token_urlsafe(24)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    except OSError as e:
+        _fail(f"cannot keep the admin token in {path}: {e.strerror}")
+    return token, True
 
 
 # -- external agents: `corral mcp`, `corral hook` (implemented in agents/) --------------

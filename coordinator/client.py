@@ -307,17 +307,23 @@ class CorralClient:
         return self.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
 
     @staticmethod
-    def _multi(**values: Iterable[str] | None) -> list[tuple[str, str]]:
-        return [(k, v) for k, vs in values.items() for v in (vs or ())]
+    def _multi(**values: Iterable[str] | str | None) -> list[tuple[str, str]]:
+        # A lone string is one value, not its letters ("bob", not "b", "o", "b").
+        return [(k, v) for k, vs in values.items()
+                for v in ((vs,) if isinstance(vs, str) else (vs or ()))]
 
     @asynccontextmanager
     async def subscribe(
-        self, *, scopes: Iterable[str] | None = None, kinds: Iterable[str] | None = None,
-        types: Iterable[str] | None = None,
+        self, *, scopes: Iterable[str] | str | None = None,
+        kinds: Iterable[str] | str | None = None, types: Iterable[str] | str | None = None,
+        scope: str | None = None, kind: str | None = None, type: str | None = None,
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """`async with client.subscribe(...) as events: async for e in events` — the
-        subscription is live once the context is entered."""
+        subscription is live once the context is entered. Filters take one name or
+        several (`scope="bob"` or `scopes=["alice", "bob"]`, likewise kind and type),
+        as the `/v1/events` query does."""
         params = self._multi(scope=scopes, kind=kinds, type=types)
+        params += self._multi(scope=scope, kind=kind, type=type)
         async with self.session.ws_connect(self._ws_url("/v1/events"), params=params,
                                            headers=self._headers()) as ws:
             hello = await ws.receive_json()
@@ -332,9 +338,14 @@ class CorralClient:
 
             yield stream()
 
-    async def events(self, **filters: Any) -> AsyncIterator[dict[str, Any]]:
-        """Every matching event, as dicts `{type, commit, effect}`."""
-        async with self.subscribe(**filters) as stream:
+    async def events(
+        self, *, scopes: Iterable[str] | str | None = None,
+        kinds: Iterable[str] | str | None = None, types: Iterable[str] | str | None = None,
+        scope: str | None = None, kind: str | None = None, type: str | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every matching event, as dicts `{type, commit, effect}` (filters as `subscribe`)."""
+        async with self.subscribe(scopes=scopes, kinds=kinds, types=types, scope=scope,
+                                  kind=kind, type=type) as stream:
             async for event in stream:
                 yield event
 
