@@ -219,11 +219,10 @@ def mount(app: web.Application) -> list[Route]:
     stateless, JSON responses) on `corral serve`, behind the scope's bearer token.
     Registered in the `corral.server` entry point group; adds nothing when the `mcp` extra
     is missing."""
-    try:
-        import mcp.server.mcpserver  # noqa: F401
-    except ImportError:
-        return []
+    from importlib.util import find_spec
 
+    if find_spec("mcp") is None:
+        return []  # the SDK itself is imported at the first MCP request, not at start-up
     from coordinator import Route, request_scope
 
     mounted = _Mounted()
