@@ -11,7 +11,6 @@ into root, the tests pass in root, and the trace graph is printed.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -112,7 +111,7 @@ async def run_demo(
     repo = make_demo_repo(tmp / "calc")
     report = DemoReport(state=str(state))
     guard = ConflictGuard()
-    py = sys.executable
+    py = "python3"  # the system's: a command sees no venv unless declared (coord.toolchain)
     async with Coordinator.open(state, repo, backend=backend, policies=[guard]) as coord:
         report.backend = coord.backend.name
         console.print(f"[bold]Corral demo[/] — repository {repo}, state {state}, "

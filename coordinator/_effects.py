@@ -9,6 +9,7 @@ model requests) are git blobs referenced by their hex id, so commits stay small.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,7 +98,7 @@ class FsDelete(_Record):
 
 FsOpKind = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 
 
@@ -113,7 +114,8 @@ class FsOp(_Record):
     path: str
     """Workspace-relative path the call changes (rename: the source)."""
     target: str | None = None
-    """rename: the destination; link: the existing file; symlink: the link's content."""
+    """rename: the destination; link: the existing file; symlink: the link's
+    content; chown: `uid:gid` (-1 leaves one unchanged)."""
 
 
 class Exec(_Record):
@@ -121,6 +123,9 @@ class Exec(_Record):
     argv: tuple[str, ...]
     timeout: float
     network: bool = False
+    env: dict[str, str] | None = None
+    """The command's whole environment, set inside its sandbox only; None: the
+    default (PATH from the toolchain and the system, HOME=/tmp, LANG, TMPDIR)."""
     changes: tuple[FileChange, ...] | None = None
     """None when the command is asked to run; the files it changed when its
     outcome is asked to be applied (the second review of a transactional exec)."""
@@ -235,7 +240,10 @@ class FsOutcome(_Record):
     kind: Literal["fs"] = "fs"
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
-    """Paths written to the workspace but not recorded (matched by .gitignore)."""
+    """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
+    ignored_files: tuple[FileChange, ...] = ()
+    """Those paths' new content (blob None: deleted): kept beside the tree, so
+    a restart restores them (see `_ignore.ignored_state`)."""
 
 
 class ExecOutcome(_Record):
@@ -248,6 +256,14 @@ class ExecOutcome(_Record):
     duration_s: float = 0.0
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
+    truncated: bool = False
+    """stdout or stderr passed the output limit: only its first bytes were kept."""
+    ignored_files: tuple[FileChange, ...] = ()
+    """The ignored paths' new content, as in FsOutcome."""
+    review: Decision | None = None
+    """The policy chain's decision on the files the command changed (its second
+    review; None when it changed nothing). The first, on running it, is the
+    effect's `decision`."""
 
 
 class Usage(_Record):
@@ -344,4 +360,12 @@ class Effect(_Record):
             case SupervisorAction():
                 detail = f"{i.action} {i.target}"
         mark = "" if self.status == "materialized" or not status else f" [{self.status}]"
-        return f"{i.kind} {detail}{mark}"
+        # One line whatever a path or argv holds: the subject ends at the first newline.
+        return _CONTROL.sub(_escape, f"{i.kind} {detail}{mark}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"

@@ -8,7 +8,7 @@ how many) instead of slowing the agents down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,6 +94,13 @@ class Subscription:
 class EventBus:
     def __init__(self) -> None:
         self._subs: set[Subscription] = set()
+        self._listeners: list[Callable[[Event], None]] = []
+
+    def listen(self, fn: Callable[[Event], None]) -> None:
+        """Call `fn` with every event, synchronously, after the subscriptions
+        have it (for bookkeeping that must not lag: revoking a discarded scope's
+        token before anything else can run). `fn` must not block or raise."""
+        self._listeners.append(fn)
 
     def subscribe(
         self,
@@ -117,7 +124,10 @@ class EventBus:
         for sub in list(self._subs):
             if sub.matches(event):
                 sub._offer(event)
+        for fn in self._listeners:
+            fn(event)
 
     def close(self) -> None:
+        self._listeners.clear()
         for sub in list(self._subs):
             sub.close()

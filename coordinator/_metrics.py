@@ -68,6 +68,16 @@ class Metrics:
             "Object bytes held in memory (and the journal) until the next checkpoint",
             registry=r,
         )
+        self.backpressure_seconds = Histogram(
+            "corral_trace_backpressure_seconds",
+            "Time an effect waited because the journal was full (writers outran checkpoints)",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.journal_objects = Gauge(
+            "corral_trace_journal_objects",
+            "Objects held in memory (and the journal) until the next checkpoint",
+            registry=r,
+        )
         self._layers: _LayerBytes | None = None
 
     def decision(self, kind: str, verdict: str) -> None:
@@ -85,7 +95,9 @@ class Metrics:
             self.checkpoint_objects.inc(objects)
 
         journal.on_checkpoint = checkpointed
+        journal.on_wait = self.backpressure_seconds.observe
         self.journal_bytes.set_function(lambda: journal.held_bytes)
+        self.journal_objects.set_function(lambda: len(journal.objects) + len(journal.sealed))
 
     def conflicts(self, n: int) -> None:
         if n:

@@ -75,7 +75,15 @@ def _json(model: BaseModel) -> web.Response:
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
-    raw = await request.read()
+    # A client that sends less than its Content-Length gets 408, instead of
+    # holding the connection (and its handler) forever.
+    try:
+        raw = await asyncio.wait_for(request.read(), request.app[HUB].config.body_timeout)
+    except TimeoutError as e:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within "
+                 f"{request.app[HUB].config.body_timeout:g} s (shorter than its Content-Length?)"
+        ) from e
     return model.model_validate_json(raw if raw.strip() else b"{}")
 
 
@@ -95,8 +103,10 @@ def _scope_out(info: ScopeInfo) -> ScopeOut:
 
 
 def _gate_item(held: Held) -> GateItem:
-    return GateItem(id=held.id, rule=str(held.rule), summary=held.effect.summary(status=False),
-                    effect=held.effect)
+    intent = held.effect.intent
+    changes = getattr(intent, "changes", None) if held.review == "changes" else None
+    return GateItem(id=held.id, rule=str(held.rule), review=held.review, summary=held.summary(),
+                    changes=list(changes) if changes is not None else None, effect=held.effect)
 
 
 def _result(r: Result) -> ResultOut:
@@ -171,7 +181,7 @@ async def fork(request: web.Request) -> web.Response:
     req = await _body(request, ForkRequest)
     child = await scope.fork(req.name)
     return _json(ForkResponse(scope=_scope_out(child.info()),
-                              token=hub.t.issue(child.name, child.fork_point)))
+                              token=hub.t.issue(child)))
 
 
 async def read_file(request: web.Request) -> web.Response:
@@ -228,7 +238,7 @@ async def exec_(request: web.Request) -> web.Response:
         trace = hub.c.trace
         stdout, stderr = await hub.c.io(lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
-                    timed_out=out.timed_out)
+                    timed_out=out.timed_out, truncated=out.truncated)
     return _json(ExecResultOut.model_validate(base))
 
 
@@ -299,7 +309,11 @@ async def discard(request: web.Request) -> web.Response:
     if gone is not None and gone.discarded:  # idempotent: the discard that was
         if not who.admin:
             hub.t.require(who, name, hub.c)
-        return await _discarded(hub, gone)
+        return await _discarded(hub, gone.head)
+    if gone is None and who.admin:  # discarded and forgotten: its archived discard
+        last = await hub.c.io(hub.c.last_discard, name)
+        if last is not None:
+            return await _discarded(hub, last)
     scope = hub.scope(who, name)
     req = await _body(request, DiscardRequest)
     if scope.name == "root":
@@ -313,13 +327,13 @@ async def discard(request: web.Request) -> web.Response:
     with hub.timed("scope.discard"):
         r = await scope.discard(cause=cause)
     if r is None:  # discarded meanwhile by another request
-        return await _discarded(hub, scope)
+        return await _discarded(hub, scope.head)
     return _json(_result(r))
 
 
-async def _discarded(hub: Hub, scope: Scope) -> web.Response:
+async def _discarded(hub: Hub, commit: str) -> web.Response:
     """The answer to discarding a discarded scope: its discard, as first answered."""
-    entry = await hub.c.io(hub.c.trace.show, scope.head)
+    entry = await hub.c.io(hub.c.trace.show, commit)
     assert entry.effect is not None
     return _json(_result(Result(entry.effect, entry.commit)))
 

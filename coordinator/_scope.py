@@ -9,10 +9,9 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sandboxes import Change, Workspace, apply_changes
 
@@ -41,14 +40,13 @@ from ._errors import (
     RewindError,
     SandboxFailure,
     ScopeDiscarded,
-    ScopeExists,
 )
 from ._events import Event
 from ._history import History
 from ._ignore import IgnoreRules
 from ._live import LiveWrites, attach_live
 from ._patch import apply_unified_diff
-from ._paths import check_path, resolve_in
+from ._paths import check_path, check_scope_name, resolve_in
 from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 
@@ -57,10 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Scope"]
 
+T = TypeVar("T")
+
 _INLINE_BYTES = 64 * 1024
 """Blobs and file reads up to this size are done on the event loop's thread."""
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class Scope(EffectPath, History):
@@ -90,6 +88,11 @@ class Scope(EffectPath, History):
         changed back stays in), kept by the effect path; None when unknown."""
         self._seq = seq
         self._lock = asyncio.Lock()
+        self._remounting: asyncio.Future[None] | None = None
+        """Set while a fork freezes this workspace (unmount, move the upper,
+        remount): reads wait for it, or they would find an empty directory."""
+        self._thread_reads = 0
+        self._reads_done: asyncio.Future[None] | None = None
         # The coordinator's own reads and writes go to `workspace.backing`; on a
         # backend that intercepts `path` (fuse), calls made there are asked here.
         self.live: LiveWrites | None = attach_live(self)
@@ -119,6 +122,7 @@ class Scope(EffectPath, History):
         Raises PathError for a bad path, FileNotFoundError when it does not exist.
         """
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True)
 
         def read() -> bytes:
@@ -131,8 +135,37 @@ class Scope(EffectPath, History):
         except FileNotFoundError:
             small = True  # read() raises the same error with its path
         # A small file is read here: the page cache answers in microseconds,
-        # cheaper than the round trip to a thread.
-        return read() if small else await self._coord.io(read)
+        # cheaper than the round trip to a thread. No fork's remount can run
+        # meanwhile: one only starts on this loop, after the check above.
+        return read() if small else await self._read_in_thread(read)
+
+    async def _not_remounting(self) -> None:
+        while self._remounting is not None:
+            await asyncio.shield(self._remounting)
+
+    async def _read_in_thread(self, fn: Callable[[], T]) -> T:
+        """Run a workspace read on a thread; a fork waits for it before it remounts."""
+        self._thread_reads += 1
+        try:
+            return await self._coord.io(fn)
+        finally:
+            self._thread_reads -= 1
+            if self._thread_reads == 0 and self._reads_done is not None:
+                self._reads_done.set_result(None)
+                self._reads_done = None
+
+    async def _fork_workspace(self, name: str) -> Workspace:
+        """`workspace.fork(name)`, with reads held off while it remounts."""
+        loop = asyncio.get_running_loop()
+        self._remounting = loop.create_future()
+        try:
+            while self._thread_reads:
+                self._reads_done = self._reads_done or loop.create_future()
+                await asyncio.shield(self._reads_done)
+            return await self._coord.io(self.workspace.fork, name)
+        finally:
+            self._remounting.set_result(None)
+            self._remounting = None
 
     async def _read_committed(self, path: str) -> bytes | None:
         trace = self._coord.trace
@@ -148,9 +181,10 @@ class Scope(EffectPath, History):
     async def listdir(self, path: str = "") -> list[str]:
         """Names in a workspace directory (sorted); '' is the root."""
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True) if path else None
         d = target or self.workspace.backing
-        return await self._coord.io(lambda: sorted(p.name for p in d.iterdir()))
+        return await self._read_in_thread(lambda: sorted(p.name for p in d.iterdir()))
 
     # -- file effects -------------------------------------------------------------
 
@@ -236,7 +270,8 @@ class Scope(EffectPath, History):
         except OSError as e:
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored))
+        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
+                            ignored_files=tuple(ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -269,22 +304,30 @@ class Scope(EffectPath, History):
         """
         if not argv or not all(isinstance(a, str) for a in argv):
             raise CorralError("argv must be a non-empty list of strings")
-        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network)
-        return await self.perform(intent, lambda i: self._act_exec(i, env), cause=cause)
+        limit = self._coord.exec_limits.timeout_max
+        if not 0 < timeout <= limit:
+            raise CorralError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
+                              f"timeout_max), not {timeout}")
+        if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
+            raise CorralError("env names must be non-empty, without '=' or NUL")
+        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
+                      env=dict(env) if env is not None else None)
+        return await self.perform(intent, self._act_exec, cause=cause)
 
-    async def _act_exec(
-        self, intent: Intent, env: Mapping[str, str] | None
-    ) -> tuple[Outcome, TreeChanges]:
+    async def _act_exec(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         assert isinstance(intent, Exec)
         coord = self._coord
         trace = coord.trace
         try:
+            # the env of the intent as decided: a policy may have rewritten it
             run = await coord.io(
                 self.workspace.run,
                 list(intent.argv),
                 timeout=intent.timeout,
-                env=env,
+                env=intent.env,
                 network=intent.network,
+                limits=coord.exec_limits,
+                toolchain=coord.toolchain,
             )
         except Exception as e:
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
@@ -307,6 +350,8 @@ class Scope(EffectPath, History):
                 duration_s=round(run.duration_s, 6),
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
+                truncated=run.truncated,
+                ignored_files=tuple(ignored),
             )
             return outcome, tracked, files
 
@@ -323,6 +368,7 @@ class Scope(EffectPath, History):
                 intent=reviewed,
             )
             decision = await self._decide(pending, reviewed)
+            outcome = outcome.model_copy(update={"review": decision})
             if not decision.allowed:
                 raise _Blocked(decision, outcome, reviewed)
             await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
@@ -356,12 +402,16 @@ class Scope(EffectPath, History):
         RewindError when `at` is not in this scope's history.
         """
         coord = self._coord
-        if not _NAME.match(name) or name.endswith(".lock"):
-            raise PathError(f"invalid scope name {name!r}: use letters, digits, '.', '_', '-'")
+        check_scope_name(name)
+        # Claim the name before any await: two parents forking the same name at
+        # once hold different scope locks, and only one of them may win.
+        with coord._claim_name(name):
+            return await self._fork(name, at)
+
+    async def _fork(self, name: str, at: str | None) -> Scope:
+        coord = self._coord
         async with self._lock:
             self._check_live()
-            if name in coord.scopes and not coord.scopes[name].discarded:
-                raise ScopeExists(f"scope {name!r} already exists")
             head = self.head
             if at is not None:
                 at = str((await coord.io(coord.trace.commit, at)).id)
@@ -369,7 +419,7 @@ class Scope(EffectPath, History):
                     raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
             with coord.metrics.timed("fork"):
                 try:
-                    ws = await coord.io(self.workspace.fork, name)
+                    ws = await self._fork_workspace(name)
                 except Exception as e:
                     raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
                 start = at or head
@@ -423,6 +473,5 @@ class Scope(EffectPath, History):
             if not result.ok:
                 return result
             self.discarded = True
-            coord._settled(self.name, "discarded")
-            coord.metrics.scope_count(coord)
+            coord._forget(self)
             return result

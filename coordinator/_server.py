@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -56,7 +57,10 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        return _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
+        response = _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
+        if "Allow" in e.headers:  # 405 must say which methods are allowed (RFC 9110)
+            response.headers["Allow"] = e.headers["Allow"]
+        return response
     except ValidationError as e:
         details = e.errors(include_url=False, include_context=False, include_input=False)
         if any(d["type"] == "json_invalid" for d in details):
@@ -95,8 +99,12 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
                                 policies=hub.policies(), clock=cfg.clock) as coord:
         hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
         hub.coord = coord
+        coord.events.listen(hub.on_event)
         if cfg.defer_timeout is not None:
             coord.defer_timeout = cfg.defer_timeout
+        if cfg.exec_limits is not None:
+            coord.exec_limits = cfg.exec_limits
+        coord.toolchain = tuple(Path(t).resolve() for t in cfg.toolchain)
         try:
             yield
         finally:

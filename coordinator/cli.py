@@ -228,13 +228,28 @@ def serve(
         typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
                      "else a random one, printed)."),
     ] = None,
+    toolchain: Annotated[
+        Optional[list[Path]],  # noqa: UP045
+        typer.Option(help="A host directory commands see read-only, its bin/ first on "
+                     "their PATH (a virtualenv, a toolchain). Repeatable."),
+    ] = None,
+    limit: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(help="Raise (or lower) an exec limit: NAME=VALUE with NAME one of "
+                     "timeout_max, processes, memory, output, file_size, layer, tmp, "
+                     "open_files; sizes take K, M, G (e.g. memory=8G). Repeatable."),
+    ] = None,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
         8 * 1024 * 1024),
+    body_timeout: Annotated[float, typer.Option(
+        help="Seconds a request body may take to arrive (408 beyond).")] = 30.0,
     backend: BackendOpt = None,
 ) -> None:
     """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
     and the dashboard at / (open it in a browser; it asks for the admin token)."""
     import os
+
+    from sandboxes import parse_limits
 
     from ._gate import GateRule
     from ._hub import ServerConfig
@@ -246,13 +261,16 @@ def serve(
         token = admin_token_file.read_text().strip() or None
     try:
         policies = [load_policy(p) for p in policy or []]
-    except LookupError as e:
+        limits = parse_limits(limit or [])
+    except (LookupError, ValueError) as e:
         _fail(str(e))
         return
     config = ServerConfig(
         state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
         defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
+        exec_limits=limits, toolchain=tuple(toolchain or ()),
+        body_timeout=body_timeout,
     )
     asyncio.run(run_server(config, host, port))
 
