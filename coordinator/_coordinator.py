@@ -28,7 +28,6 @@ from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_ch
 from ._effects import Effect
 from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
 from ._events import EventBus
-from ._ignore import ignored_state
 from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
@@ -195,11 +194,11 @@ class Coordinator:
             scope = Scope(self, name, ws, head, fork_point, parent, seq)
             if head_tree != snap_tree:
                 scope._apply_tree_changes(trace.diff_trees(snap_tree, head_tree))
-            # Ignored files are not in the tree: they come back from the records.
-            kept = ignored_state(trace, head, snapshot)
+            # Ignored files are not in the tree: they come back from their own ref.
+            kept = trace.ignored_files(name)
             if kept:
-                apply_changes(ws.backing, [Change(c.path, trace.blob(c.blob), c.mode)
-                                           for c in kept.values() if c.blob])
+                apply_changes(ws.backing, [Change(path, trace.blob(blob), mode)
+                                           for path, blob, mode in kept])
             self.scopes[name] = scope
         self.metrics.scope_count(self)
 

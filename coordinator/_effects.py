@@ -243,7 +243,7 @@ class FsOutcome(_Record):
     """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
     ignored_files: tuple[FileChange, ...] = ()
     """Those paths' new content (blob None: deleted): kept beside the tree, so
-    a restart restores them (see `_ignore.ignored_state`)."""
+    a restart restores them (see `Trace.ignored_files`)."""
 
 
 class ExecOutcome(_Record):

@@ -1,22 +1,16 @@
 """Which paths the trace does not put in its trees: those matched by the
 repository's .gitignore files. Their content is still recorded, beside the
-tree, in the effect that wrote them (`ignored_files`), so nothing
-acknowledged is lost over a restart."""
+tree: in the effect that wrote them (`ignored_files`) and in a per-scope tree
+of them (`Trace.ignored_files`), so nothing acknowledged is lost over a restart."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import pathspec
 import pygit2
 
-from ._effects import FileChange, ScopeRewind
-
-if TYPE_CHECKING:
-    from ._trace import Trace
-
-__all__ = ["IgnoreRules", "ignored_state"]
+__all__ = ["IgnoreRules"]
 
 
 @lru_cache(maxsize=256)
@@ -59,34 +53,3 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = bool(result.include)
         return verdict
-
-
-def ignored_state(trace: Trace, head: str, stop: str) -> dict[str, FileChange]:
-    """The ignored files a workspace at `head` holds, from the trace alone: what
-    a restart puts back beside the tree.
-
-    Walks first parents from `head` down to `stop` (the snapshot): the newest
-    materialized effect that wrote or deleted an ignored path decides it, and a
-    rewind drops the ignored paths written by the effects it rewound (as
-    `Scope.rewind` does in the live workspace). Forks follow into the parent's
-    history, so a child holds what its parent held when it forked. Only records
-    that mention ignored files or a rewind are decoded.
-    """
-    decided: dict[str, FileChange | None] = {}
-    commit = trace.commit(head)
-    stop_oid = pygit2.Oid(hex=stop)
-    while commit.id != stop_oid:
-        message = commit.message
-        if '"ignored_files":[{' in message or '"kind":"scope.rewind"' in message:
-            effect = trace.entry_of(commit).effect
-            if effect is not None and effect.status == "materialized":
-                intent, outcome = effect.intent, effect.outcome
-                if isinstance(intent, ScopeRewind):
-                    for path in trace.ignored_since(intent.head, intent.to):
-                        decided.setdefault(path, None)
-                for change in reversed(getattr(outcome, "ignored_files", ())):
-                    decided.setdefault(change.path, change if change.blob else None)
-        if not commit.parent_ids:
-            break
-        commit = commit.parents[0]
-    return {path: change for path, change in decided.items() if change is not None}

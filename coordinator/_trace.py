@@ -25,20 +25,25 @@ from typing import NamedTuple
 import pygit2
 from pygit2.enums import ObjectType
 
-from ._effects import Effect
+from ._effects import Effect, ScopeFork, ScopeRewind
 from ._errors import NotFound, StateError
 from ._journal import Journal
 
 __all__ = [
-    "ARCHIVE_PREFIX", "FORK_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace", "TraceEntry",
-    "TreeChanges",
+    "ARCHIVE_PREFIX", "FORK_PREFIX", "IGNORED_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace",
+    "TraceEntry", "TreeChanges",
 ]
 
 SCOPE_PREFIX = "refs/corral/scopes/"
 ARCHIVE_PREFIX = "refs/corral/archive/"
 FORK_PREFIX = "refs/corral/forks/"
 """A live scope's fork commit (its first), so reopening needs no walk of its branch."""
+IGNORED_PREFIX = "refs/corral/ignored/"
+"""A live scope's ignored files (matched by .gitignore, so in none of its
+commits' trees): a ref to a tree of them, moved in the same journal append as
+the effect that changed them, so reopening reads one tree, not the branch."""
 SNAPSHOT_REF = "refs/corral/snapshot"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 TREE_MODE = 0o040000
 
 # path -> (blob hex id, git mode), or None for a deletion
@@ -414,8 +419,45 @@ class Trace:
         moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: str(oid)}
         if effect.kind == "scope.fork" and ref is None:
             moves = {FORK_PREFIX + effect.scope: str(oid), **moves}
+        if ref is None and effect.status == "materialized":
+            moves = {**self._ignored_moves(effect), **moves}
         self.journal.move_refs(moves)
         return str(oid)
+
+    def _ignored_moves(self, effect: Effect) -> dict[str, str | None]:
+        """How `effect` moves its scope's ignored-files ref: a write or command
+        that touched ignored paths updates the tree; a fork starts from its
+        parent's; a rewind drops what the rewound effects wrote (as the live
+        rewind does). Costs what the effect changed."""
+        name = IGNORED_PREFIX + effect.scope
+        intent = effect.intent
+        if isinstance(intent, ScopeFork):
+            tree = self.ref(IGNORED_PREFIX + intent.parent)
+            parent_head = self.head(intent.parent)
+            if tree is not None and parent_head is not None and parent_head != intent.at:
+                tree = self._drop(tree, self.ignored_since(parent_head, intent.at))
+            return {name: tree} if tree is not None or self.ref(name) is not None else {}
+        tree = self.ref(name)
+        if isinstance(intent, ScopeRewind):
+            if tree is None:
+                return {}
+            return {name: self._drop(tree, self.ignored_since(intent.head, intent.to))}
+        changes = getattr(effect.outcome, "ignored_files", ())
+        if not changes:
+            return {}
+        new = self.build_tree(tree, {c.path: (c.blob, c.mode) if c.blob else None
+                                     for c in changes})
+        return {name: None if new == EMPTY_TREE else new}
+
+    def _drop(self, tree: str, paths: Iterable[str]) -> str | None:
+        new = self.build_tree(tree, dict.fromkeys(paths))
+        return None if new == EMPTY_TREE else new
+
+    def ignored_files(self, scope: str) -> list[tuple[str, str, int]]:
+        """The ignored files live scope `scope` holds beside its tree, as
+        (path, blob id, mode): what a reopen puts back in its workspace."""
+        tree = self.ref(IGNORED_PREFIX + scope)
+        return list(self.iter_files(tree)) if tree is not None else []
 
     def ref(self, name: str) -> str | None:
         """The commit `name` points at (None when it does not exist)."""
@@ -432,14 +474,15 @@ class Trace:
         self.journal.move_ref(name, commit)
 
     def delete_ref(self, name: str) -> None:
-        """Delete a ref; a scope's ref takes its fork ref with it."""
+        """Delete a ref; a scope's ref takes its fork and ignored-files refs with it."""
         moves: dict[str, str | None] = {}
         if self.ref(name) is not None:
             moves[name] = None
         if name.startswith(SCOPE_PREFIX):
-            fork = FORK_PREFIX + name[len(SCOPE_PREFIX):]
-            if self.ref(fork) is not None:
-                moves[fork] = None
+            for prefix in (FORK_PREFIX, IGNORED_PREFIX):
+                side = prefix + name[len(SCOPE_PREFIX):]
+                if self.ref(side) is not None:
+                    moves[side] = None
         if moves:
             self.journal.move_refs(moves)
 
