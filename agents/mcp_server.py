@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._access import RUN_ENV, LocalAccess, RemoteAccess, Said, ScopeAccess, blocked_text
@@ -174,44 +174,60 @@ async def _access(scope: str, *, url: str | None, token: str | None, state: str 
 # -- the HTTP transport on `corral serve` ---------------------------------------------------
 
 
+class _Running:
+    """A session manager kept running by a task of its own (anyio wants its task group
+    entered and left by the same task)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self._started, self._stop = asyncio.Event(), asyncio.Event()
+        self._task = asyncio.create_task(self._hold())
+        self._task.add_done_callback(lambda _: self._started.set())
+
+    async def _hold(self) -> None:
+        async with self.manager.run():
+            self._started.set()
+            await self._stop.wait()
+
+    async def started(self) -> None:
+        await self._started.wait()
+        if self._task.done():
+            self._task.result()  # it ended before serving: raise why
+
+    async def close(self) -> None:
+        self._stop.set()
+        await self._task
+
+
 class _Mounted:
-    """One MCP server per scope, its session manager kept running by a task of the app."""
+    """One MCP server per live scope, made at its first request; the servers of scopes
+    discarded (or forked anew under the same name) are stopped at the next request."""
 
     def __init__(self) -> None:
-        self.servers: dict[str, Any] = {}
-        self.stack = AsyncExitStack()
+        self.running: dict[tuple[str, str], _Running] = {}
         self.lock = asyncio.Lock()
 
     async def manager(self, coord: Any, scope: Any) -> Any:
         async with self.lock:
-            key = f"{scope.name}@{scope.fork_point}"
-            sm = self.servers.get(key)
-            if sm is None:
+            for key, gone in list(self.running.items()):
+                live = coord.scopes.get(key[0])
+                if live is None or live.discarded or live.fork_point != key[1]:
+                    del self.running[key]
+                    await gone.close()
+            key = (scope.name, scope.fork_point)
+            got = self.running.get(key)
+            if got is None:
                 server = build_server(LocalAccess(coord, scope))
                 server.streamable_http_app(stateless_http=True, json_response=True)
-                sm = server.session_manager
-                await self.stack.enter_async_context(_running(sm))
-                self.servers[key] = sm
-            return sm
+                got = _Running(server.session_manager)
+                await got.started()
+                self.running[key] = got
+            return got.manager
 
-
-@asynccontextmanager
-async def _running(sm: Any) -> AsyncIterator[None]:
-    # anyio wants a task group entered and left by the same task: give it its own.
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with sm.run():
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(hold())
-    await started.wait()
-    try:
-        yield
-    finally:
-        stop.set()
-        await task
+    async def close(self) -> None:
+        for got in self.running.values():
+            await got.close()
+        self.running.clear()
 
 
 def mount(app: web.Application) -> list[Route]:
@@ -219,18 +235,19 @@ def mount(app: web.Application) -> list[Route]:
     stateless, JSON responses) on `corral serve`, behind the scope's bearer token.
     Registered in the `corral.server` entry point group; adds nothing when the `mcp` extra
     is missing."""
-    try:
-        import mcp.server.mcpserver  # noqa: F401
-    except ImportError:
-        return []
+    from importlib.util import find_spec
 
+    if find_spec("mcp") is None:
+        return []  # the SDK itself is imported at the first MCP request, not at start-up
     from coordinator import Route, request_scope
 
     mounted = _Mounted()
 
     async def lifetime(_: web.Application) -> AsyncIterator[None]:
-        async with mounted.stack:
+        try:
             yield
+        finally:
+            await mounted.close()
 
     async def handle(request: web.Request) -> web.StreamResponse:
         coord, scope = request_scope(request)

@@ -142,9 +142,10 @@ async def test_mcp_http_session_blocks_and_rewinds(tmp_path: Path, calc_repo: Pa
 
 
 async def test_mcp_http_needs_the_scopes_token(tmp_path: Path, calc_repo: Path) -> None:
-    """The HTTP transport refuses a missing token (401) and another scope's token (403)."""
+    """The HTTP transport refuses a missing token (401) and another scope's token (403); a
+    discarded scope's token no longer reaches its tools, and the others keep working."""
     async with serve(tmp_path / "state", calc_repo) as srv:
-        await _scopes(srv)
+        bob = await _scopes(srv)
         other = (await srv.client.fork("root", "carol")).token
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         session = srv.client.session
@@ -154,6 +155,15 @@ async def test_mcp_http_needs_the_scopes_token(tmp_path: Path, calc_repo: Path) 
         async with session.post(url, json=body,
                                 headers={"Authorization": f"Bearer {other}"}) as r:
             assert r.status == 403
+        async with _http(srv, "bob", bob) as client:
+            assert len((await client.list_tools()).tools) == len(MCP_TOOLS)
+        assert (await srv.client.discard("bob")).ok
+        async with _http(srv, "carol", other) as client:
+            wrote = await client.call_tool("write_file", {"path": "c.txt", "content": "c"})
+            assert not wrote.is_error
+        async with session.post(url, json=body,
+                                headers={"Authorization": f"Bearer {bob}"}) as r:
+            assert r.status == 401
 
 
 async def test_mcp_in_process_stdio(tmp_path: Path, calc_repo: Path) -> None:

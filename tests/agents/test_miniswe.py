@@ -146,3 +146,34 @@ def test_agents_by_name_or_path() -> None:
         load_agent("nobody")
     with pytest.raises(LookupError):
         load_agent("agents.entry:nothing_here")
+
+
+async def test_mini_swe_agent_replays_from_the_trace(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """mini-swe-agent's requests are byte-stable: re-running its task in a fresh scope with
+    a ReplayProvider over the first run's model calls (and no live provider at all) serves
+    every step from the trace, for zero tokens, and ends with the same patch."""
+    from agents import ReplayProvider
+    from agents._transcript import model_calls
+
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    server.script("m", _mini)
+    provider = OpenAIProvider("m", base_url=server.base_url)
+    async with Coordinator.open(tmp_path / "state", repo=repo, base="HEAD") as coord:
+        first = await coord.root.fork("first")
+        live = await MiniSweAgent(coord, first, ModelCaller(coord, provider), "add mul").run()
+        await provider.aclose()
+        assert live.status == "finished" and live.steps == 3 and live.replayed_steps == 0
+        sent = len(server.requests)
+
+        recorded = [e for _, e in model_calls(coord.trace, first.head)]
+        replayer = ReplayProvider(recorded, None, name="openai", model="m")
+        again = await coord.root.fork("again")
+        result = await MiniSweAgent(coord, again, ModelCaller(coord, replayer), "add mul").run()
+
+        assert result.status == "finished", result
+        assert result.replayed_steps == 3 and replayer.diverged_at is None
+        assert result.prompt_tokens == 0 and result.saved_tokens > 0
+        assert len(server.requests) == sent
+        assert result.patch == live.patch and "mul.py" in result.patch
