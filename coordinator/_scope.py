@@ -36,6 +36,7 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
+    ExecError,
     NotFound,
     PathError,
     RewindError,
@@ -268,13 +269,13 @@ class Scope(EffectPath, History):
         Returns the Result; its outcome is an ExecOutcome (exit code, output blobs).
         """
         if not argv or not all(isinstance(a, str) for a in argv):
-            raise CorralError("argv must be a non-empty list of strings")
+            raise ExecError("argv must be a non-empty list of strings")
         limit = self._coord.exec_limits.timeout_max
         if not 0 < timeout <= limit:
-            raise CorralError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
-                              f"timeout_max), not {timeout}")
+            raise ExecError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
+                            f"timeout_max), not {timeout}")
         if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
-            raise CorralError("env names must be non-empty, without '=' or NUL")
+            raise ExecError("env names must be non-empty, without '=' or NUL")
         intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
                       env=dict(env) if env is not None else None)
         return await self.perform(intent, self._act_exec, cause=cause)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import sandboxes
-from coordinator import Coordinator, CorralError, ExecOutcome
+from coordinator import Coordinator, ExecError, ExecOutcome
 from coordinator._effects import Exec
 from sandboxes import SANDBOX_UID, Limits
 from sandboxes._exec import run_isolated
@@ -468,7 +468,7 @@ async def test_timeout_past_the_maximum_is_refused(env) -> None:
     coord, _ = env
     a = await coord.root.fork("a")
     head = a.head
-    with pytest.raises(CorralError, match="timeout_max"):
+    with pytest.raises(ExecError, match="timeout_max"):
         await a.exec(["touch", "x"], timeout=3600)
     assert a.head == head
 
@@ -601,3 +601,32 @@ def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
         backend.close()
         assert mounts_under(backend.root) == []
         assert mounts_under(base) == []
+
+
+async def test_over_http_with_a_scope_token(sample_repo: Path) -> None:
+    """The same attacks through `corral serve`'s API with a scope token: env stays
+    inside, the state (server.key included) is invisible, the output limit set
+    with --limit holds and is reported, a timeout past the maximum is a 400."""
+    import base64
+
+    from coordinator.client import CorralClient
+    from sandboxes import parse_limits
+    from tests.coordinator.server_fixtures import serve
+
+    state = sample_repo / ".corral"
+    limits = parse_limits(["output=64K", "timeout_max=60"])
+    async with serve(state, sample_repo, guard=False, exec_limits=limits) as srv:
+        key = (state / "server.key").read_bytes()
+        child = await srv.client.fork("root", "m")
+        async with CorralClient(srv.url, child.token) as agent:
+            e = await agent.exec("m", ["sh", "-c", f"cat {state}/server.key; ls {state}; "
+                                       "head -c 1M /dev/zero | tr '\\0' x; true"],
+                                 env={"LD_DEBUG": "files", "PATH": "/usr/bin:/bin"},
+                                 timeout=30)
+            out = base64.b64decode(e.stdout_b64 or "")
+            err = base64.b64decode(e.stderr_b64 or "")
+            assert key not in out and key.hex().encode() not in out
+            assert len(out) == 64 * 1024 and e.truncated
+            assert b"bwrap" not in err and b"prlimit" not in err and b"file=" in err
+            with pytest.raises(ExecError, match="timeout_max"):
+                await agent.exec("m", ["true"], timeout=120)
