@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxes import Change, Workspace, apply_changes
+from sandboxes import Change, Workspace, apply_changes, check_hidden
 
 from ._effect_path import EffectPath, InThread, Result, _Blocked
 from ._effects import (
@@ -276,6 +276,10 @@ class Scope(EffectPath, History):
                             f"timeout_max), not {timeout}")
         if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
             raise ExecError("env names must be non-empty, without '=' or NUL")
+        try:
+            check_hidden(self._coord.state, self._coord.toolchain)
+        except ValueError as e:
+            raise ExecError(str(e)) from e
         intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
                       env=dict(env) if env is not None else None)
         return await self.perform(intent, self._act_exec, cause=cause)

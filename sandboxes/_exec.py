@@ -43,6 +43,7 @@ __all__ = [
     "REPO_PATH",
     "SANDBOX_UID",
     "Completed",
+    "check_hidden",
     "clear_exec_base",
     "default_env",
     "run_isolated",
@@ -173,6 +174,19 @@ def _system_binds() -> tuple[str, ...]:
         if os.path.isdir(f"/etc/{rel}"):
             args += ["--perms", "0755", "--tmpfs", f"/etc/{rel}"]
     return tuple(args)
+
+
+def check_hidden(hidden: Path, toolchain: Sequence[Path] = ()) -> None:
+    """Raise ValueError when a command would see `hidden` (the state directory):
+    when it lies in a system directory commands see, or overlaps a toolchain
+    directory."""
+    hidden = hidden.resolve()
+    for name in _SYSTEM:
+        top = Path("/") / name
+        if not top.is_symlink() and (hidden == top or top in hidden.parents):
+            raise ValueError(f"the state directory {hidden} is inside {top}, which every "
+                             "command sees; put it elsewhere")
+    _check_toolchain(toolchain, [hidden])
 
 
 def _check_toolchain(toolchain: Sequence[Path], hide: Sequence[Path]) -> list[Path]:

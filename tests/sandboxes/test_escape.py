@@ -630,3 +630,26 @@ async def test_over_http_with_a_scope_token(sample_repo: Path) -> None:
             assert b"bwrap" not in err and b"prlimit" not in err and b"file=" in err
             with pytest.raises(ExecError, match="timeout_max"):
                 await agent.exec("m", ["true"], timeout=120)
+
+
+async def test_a_toolchain_showing_the_state_is_refused(env) -> None:
+    """A toolchain directory inside (or holding) the state directory makes exec fail
+    with ExecError before anything runs: the trace would become visible."""
+    coord, state = env
+    a = await coord.root.fork("a")
+    head = a.head
+    for shown in (state / "trace.git", state.parent):
+        coord.toolchain = (shown,)
+        with pytest.raises(ExecError, match="state directory"):
+            await a.exec(["true"])
+    assert a.head == head
+
+
+def test_a_state_inside_a_system_directory_is_refused() -> None:
+    """A state directory under /usr or /etc (which commands see) is refused."""
+    from sandboxes import check_hidden
+
+    for bad in (Path("/usr/share/corral-state"), Path("/etc/corral")):
+        with pytest.raises(ValueError, match="every command sees"):
+            check_hidden(bad)
+    check_hidden(Path("/srv/corral-state"))
