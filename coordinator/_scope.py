@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxes import Change, Workspace, apply_changes, check_hidden
+from sandboxes import Change, Workspace, apply_changes, check_hidden, default_env
 
 from ._effect_path import EffectPath, InThread, Result, _Blocked
 from ._effects import (
@@ -252,6 +252,12 @@ class Scope(EffectPath, History):
         return tracked, ignored
 
     # -- commands -----------------------------------------------------------------
+
+    def exec_env(self) -> dict[str, str]:
+        """The environment `exec` gives a command called without `env`: PATH from
+        the coordinator's toolchain then the system's, HOME=/tmp, LANG, TMPDIR.
+        Extend it rather than the caller's own environment."""
+        return default_env(self._coord.toolchain)
 
     async def exec(
         self,

@@ -653,3 +653,28 @@ def test_a_state_inside_a_system_directory_is_refused() -> None:
         with pytest.raises(ValueError, match="every command sees"):
             check_hidden(bad)
     check_hidden(Path("/srv/corral-state"))
+
+
+async def test_declared_toolchain_is_the_commands_environment(env, tmp_path: Path) -> None:
+    """A virtualenv-like directory declared as toolchain is shown whole (its
+    packages too) with its bin/ first on the default PATH; Scope.exec_env says so."""
+    coord, _ = env
+    venv = Path(tempfile.mkdtemp(prefix="corral-venv-", dir="/tmp"))
+    try:
+        (venv / "bin").mkdir()
+        (venv / "lib").mkdir()
+        (venv / "lib" / "corral_probe.py").write_text("X = 7\n")
+        tool = venv / "bin" / "probe"
+        tool.write_text(f"#!/bin/sh\nexec python3 -c 'import sys; sys.path.insert(0, "
+                        f"\"{venv}/lib\"); import corral_probe; print(corral_probe.X)'\n")
+        tool.chmod(0o755)
+        venv.chmod(0o755)
+        coord.toolchain = (venv,)
+        a = await coord.root.fork("a")
+        assert a.exec_env()["PATH"].split(":")[0] == str(venv / "bin")
+        r = await run(coord, "probe")
+        assert (r.returncode, r.out) == (0, "7\n"), r.err
+        r = await run(coord, "probe", env={**a.exec_env(), "X": "1"})
+        assert (r.returncode, r.out) == (0, "7\n"), r.err
+    finally:
+        shutil.rmtree(venv)
