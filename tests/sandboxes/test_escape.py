@@ -588,8 +588,8 @@ def test_run_isolated_refuses_a_toolchain_overlapping_the_state(tmp_path: Path) 
 def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
     """After runs (one of them timed out) and close, nothing a run mounted remains,
     neither under the state nor under the runs' scratch base."""
-    from sandboxes._exec import exec_base
     from sandboxes._mount import mounts_under
+    from sandboxes._scratch import exec_base
 
     for cls in (sandboxes.OverlayBackend, sandboxes.CopyBackend):
         backend = cls(tmp_path / cls.name)
