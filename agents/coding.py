@@ -21,7 +21,6 @@ the branch before its next step.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -97,11 +96,11 @@ TOOLS: tuple[ToolSpec, ...] = (
 AgentStatus = Literal["finished", "step_limit", "token_limit", "stopped", "blocked", "error"]
 
 _RUN_ENV = {
-    "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-    "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
     # Bytecode caches would show up in the agent's patch of a repo without a .gitignore.
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+"""Added to the scope's default command environment (`Scope.exec_env`: PATH from
+the declared toolchain, never the caller's own PATH)."""
 _MAX_RESULT = 12_000  # characters of a tool result shown to the model
 _INLINE_ARG = 200  # longer tool arguments are recorded as blob references
 
@@ -335,7 +334,8 @@ class CodingAgent:
                     return await self._edit(text, cause)
                 case "run":
                     timeout = float(args.get("timeout") or 120.0)
-                    r = await scope.exec(["sh", "-c", text("command")], env=_RUN_ENV,
+                    r = await scope.exec(["sh", "-c", text("command")],
+                                         env={**scope.exec_env(), **_RUN_ENV},
                                          timeout=min(timeout, 600.0), cause=cause)
                     return self._said(r, "")
                 case "send_message":

@@ -36,6 +36,7 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
+    ExecError,
     MergeError,
     NotFound,
     PatchError,
@@ -94,6 +95,7 @@ __all__ = [
     "Event",
     "EventBus",
     "Exec",
+    "ExecError",
     "ExecOutcome",
     "FileChange",
     "FsDelete",

@@ -13,6 +13,8 @@
     ├── PatchError           a unified diff that does not apply (400)
     ├── MergeError           a merge that cannot be done as asked (409)
     ├── StateError           a state directory that does not fit the request (409)
+    ├── ExecError            a command that cannot run as asked: empty argv, bad env,
+    │                        a timeout past the exec limit timeout_max (400)
     └── SandboxFailure       the workspace backend failed (500; wraps sandboxes.SandboxError)
 
 A blocked intent is not an error: it is a `Result` whose decision says why.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorralError",
+    "ExecError",
     "MergeError",
     "NotFound",
     "PatchError",
@@ -79,6 +82,10 @@ class MergeError(CorralError):
 
 class StateError(CorralError):
     status = 409
+
+
+class ExecError(CorralError, ValueError):
+    status = 400
 
 
 class SandboxFailure(CorralError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pygit2.enums import ObjectType
 
-from sandboxes import Change, Workspace, apply_changes
+from sandboxes import Change, Workspace, apply_changes, check_hidden, default_env
 
 from ._effect_path import EffectPath, InThread, Result, _Blocked
 from ._effects import (
@@ -39,6 +39,7 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
+    ExecError,
     NotFound,
     PatchError,
     PathError,
@@ -359,6 +360,12 @@ class Scope(EffectPath, History):
 
     # -- commands -----------------------------------------------------------------
 
+    def exec_env(self) -> dict[str, str]:
+        """The environment `exec` gives a command called without `env`: PATH from
+        the coordinator's toolchain then the system's, HOME=/tmp, LANG, TMPDIR.
+        Extend it rather than the caller's own environment."""
+        return default_env(self._coord.toolchain)
+
     async def exec(
         self,
         argv: Sequence[str],
@@ -375,13 +382,17 @@ class Scope(EffectPath, History):
         Returns the Result; its outcome is an ExecOutcome (exit code, output blobs).
         """
         if not argv or not all(isinstance(a, str) for a in argv):
-            raise CorralError("argv must be a non-empty list of strings")
+            raise ExecError("argv must be a non-empty list of strings")
         limit = self._coord.exec_limits.timeout_max
         if not 0 < timeout <= limit:
-            raise CorralError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
-                              f"timeout_max), not {timeout}")
+            raise ExecError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
+                            f"timeout_max), not {timeout}")
         if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
-            raise CorralError("env names must be non-empty, without '=' or NUL")
+            raise ExecError("env names must be non-empty, without '=' or NUL")
+        try:
+            check_hidden(self._coord.state, self._coord.toolchain)
+        except ValueError as e:
+            raise ExecError(str(e)) from e
         intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
                       env=dict(env) if env is not None else None)
         return await self.perform(intent, self._act_exec, cause=cause)

@@ -24,7 +24,7 @@ from ._base import (
     parse_limits,
 )
 from ._choose import backends, choose_backend
-from ._exec import REPO_PATH, SANDBOX_UID, default_env
+from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env
 from ._files import apply_changes, snapshot_files
 from .copy import CopyBackend
 from .fuse import FuseBackend
@@ -52,6 +52,7 @@ __all__ = [
     "Workspace",
     "apply_changes",
     "backends",
+    "check_hidden",
     "choose_backend",
     "default_env",
     "parse_limits",

@@ -23,7 +23,6 @@ What the command gets (see the README's "What a command can see and touch"):
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import selectors
@@ -32,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,7 +42,7 @@ __all__ = [
     "REPO_PATH",
     "SANDBOX_UID",
     "Completed",
-    "clear_exec_base",
+    "check_hidden",
     "default_env",
     "run_isolated",
     "sandbox_idmap",
@@ -173,6 +172,19 @@ def _system_binds() -> tuple[str, ...]:
         if os.path.isdir(f"/etc/{rel}"):
             args += ["--perms", "0755", "--tmpfs", f"/etc/{rel}"]
     return tuple(args)
+
+
+def check_hidden(hidden: Path, toolchain: Sequence[Path] = ()) -> None:
+    """Raise ValueError when a command would see `hidden` (the state directory):
+    when it lies in a system directory commands see, or overlaps a toolchain
+    directory."""
+    hidden = hidden.resolve()
+    for name in _SYSTEM:
+        top = Path("/") / name
+        if not top.is_symlink() and (hidden == top or top in hidden.parents):
+            raise ValueError(f"the state directory {hidden} is inside {top}, which every "
+                             "command sees; put it elsewhere")
+    _check_toolchain(toolchain, [hidden])
 
 
 def _check_toolchain(toolchain: Sequence[Path], hide: Sequence[Path]) -> list[Path]:
@@ -348,87 +360,3 @@ def _is_setup_error(stderr: bytes) -> bool:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def scratch_dir(root: Path) -> Iterator[Path]:
-    """A fresh directory for one run, reachable (not listable) by the sandbox
-    user when the coordinator is root: under exec_base(root) (0711) with an
-    unguessable name. On exit, whatever is still mounted in it (the caller
-    unmounts what it can) is unmounted lazily and the directory removed."""
-    import secrets
-
-    from ._mount import MountError, mounts_under, umount
-
-    path = exec_base(root) / secrets.token_hex(12)
-    path.mkdir(mode=0o711)
-    try:
-        yield path
-    finally:
-        try:
-            # what the backends mount here: the tree shown (m), /tmp (t), the layer
-            for point in (path / "m", path / "t", path):
-                try:
-                    umount(point)
-                except MountError as err:
-                    if err.errno != errno.EINVAL:  # EINVAL: not a mount point
-                        raise
-        except MountError:
-            for point in mounts_under(path):  # the slow way, only when needed
-                with contextlib.suppress(MountError):
-                    umount(point, detach=True)
-        shutil.rmtree(path, ignore_errors=True)
-
-
-_bases_lock = threading.Lock()
-_bases: set[Path] = set()
-
-
-def exec_base(root: Path) -> Path:
-    """Where `root`'s runs make their scratch directories (see scratch_dir): as
-    root a tmpfs (mode 0711) at /run/corral-exec/<hash of root>, mounted on first
-    use (a directory create and delete there costs microseconds, not the disk's
-    milliseconds); else root/R."""
-    import hashlib
-
-    from ._mount import mount_tmpfs
-
-    if os.geteuid() != 0:
-        base = root / "R"
-        base.mkdir(exist_ok=True)
-        return base
-    top = Path("/run/corral-exec") if Path("/run").is_dir() else Path("/tmp/corral-exec")
-    base = top / hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    with _bases_lock:
-        if base in _bases:
-            return base
-        with contextlib.suppress(FileExistsError):
-            top.mkdir(mode=0o711)
-        st = os.lstat(top)
-        if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
-            raise ExecUnavailable(f"{top} must be a directory owned by root")
-        os.chmod(top, 0o711)
-        with contextlib.suppress(FileExistsError):
-            base.mkdir(mode=0o711)
-        if not os.path.ismount(base):
-            mount_tmpfs(base, mode=0o711)
-        _bases.add(base)
-    return base
-
-
-def clear_exec_base(root: Path) -> None:
-    """Unmount and delete what runs for `root` left behind (a crashed process),
-    the base and its tmpfs included (made again on next use)."""
-    from ._mount import MountError, mounts_under, umount
-
-    base = exec_base(root)
-    with _bases_lock:
-        _bases.discard(base)
-        for _ in range(3):
-            points = mounts_under(base)
-            if not points:
-                break
-            for point in points:
-                with contextlib.suppress(MountError):
-                    umount(point, detach=True)
-        shutil.rmtree(base, ignore_errors=True)

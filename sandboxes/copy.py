@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._base import Backend, Change, ExecResult, Limits, SandboxError, Workspace
-from ._exec import clear_exec_base, run_isolated, sandbox_idmap, scratch_dir
+from ._exec import run_isolated, sandbox_idmap
 from ._files import ensure_base, leaves, read_entry
 from ._mount import idmapped_tree, mount_tmpfs, move_tree
+from ._scratch import clear_exec_base, scratch_dir
 
 __all__ = ["CopyBackend"]
 

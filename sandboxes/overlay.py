@@ -7,7 +7,7 @@ Layout under `root` (names short: mount data is limited to one page)::
     U/<n>  W/<n>.<gen>  M/<n> a workspace's upper, workdir (fresh per mount), mount point
 
 A run's throwaway layer is not under `root` but in a scratch directory the
-unprivileged sandbox can reach (see `_exec.scratch_dir`): a sized tmpfs holding
+unprivileged sandbox can reach (see `_scratch`): a sized tmpfs holding
 {u,w,m,t}, with the overlay of idmapped copies of U/<n> and its lowers at m.
 
 Every mount is `volatile` (umount without syncfs: ~0.1 ms instead of ~140 ms on
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._base import Backend, ExecResult, Limits, SandboxError, Workspace
-from ._exec import SANDBOX_UID, clear_exec_base, run_isolated, sandbox_idmap, scratch_dir
+from ._exec import SANDBOX_UID, run_isolated, sandbox_idmap
 from ._files import ensure_base, leaves
 from ._layers import copy_layer, squash_layers, upper_changes
 from ._mount import (
@@ -43,6 +43,7 @@ from ._mount import (
     mounts_under,
     umount,
 )
+from ._scratch import clear_exec_base, scratch_dir
 
 __all__ = ["OverlayBackend"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import sandboxes
-from coordinator import Coordinator, CorralError, ExecOutcome
+from coordinator import Coordinator, ExecError, ExecOutcome
 from coordinator._effects import Exec
 from sandboxes import SANDBOX_UID, Limits
 from sandboxes._exec import run_isolated
@@ -468,7 +468,7 @@ async def test_timeout_past_the_maximum_is_refused(env) -> None:
     coord, _ = env
     a = await coord.root.fork("a")
     head = a.head
-    with pytest.raises(CorralError, match="timeout_max"):
+    with pytest.raises(ExecError, match="timeout_max"):
         await a.exec(["touch", "x"], timeout=3600)
     assert a.head == head
 
@@ -588,8 +588,8 @@ def test_run_isolated_refuses_a_toolchain_overlapping_the_state(tmp_path: Path) 
 def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
     """After runs (one of them timed out) and close, nothing a run mounted remains,
     neither under the state nor under the runs' scratch base."""
-    from sandboxes._exec import exec_base
     from sandboxes._mount import mounts_under
+    from sandboxes._scratch import exec_base
 
     for cls in (sandboxes.OverlayBackend, sandboxes.CopyBackend):
         backend = cls(tmp_path / cls.name)
@@ -601,3 +601,80 @@ def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
         backend.close()
         assert mounts_under(backend.root) == []
         assert mounts_under(base) == []
+
+
+async def test_over_http_with_a_scope_token(sample_repo: Path) -> None:
+    """The same attacks through `corral serve`'s API with a scope token: env stays
+    inside, the state (server.key included) is invisible, the output limit set
+    with --limit holds and is reported, a timeout past the maximum is a 400."""
+    import base64
+
+    from coordinator.client import CorralClient
+    from sandboxes import parse_limits
+    from tests.coordinator.server_fixtures import serve
+
+    state = sample_repo / ".corral"
+    limits = parse_limits(["output=64K", "timeout_max=60"])
+    async with serve(state, sample_repo, guard=False, exec_limits=limits) as srv:
+        key = (state / "server.key").read_bytes()
+        child = await srv.client.fork("root", "m")
+        async with CorralClient(srv.url, child.token) as agent:
+            e = await agent.exec("m", ["sh", "-c", f"cat {state}/server.key; ls {state}; "
+                                       "head -c 1M /dev/zero | tr '\\0' x; true"],
+                                 env={"LD_DEBUG": "files", "PATH": "/usr/bin:/bin"},
+                                 timeout=30)
+            out = base64.b64decode(e.stdout_b64 or "")
+            err = base64.b64decode(e.stderr_b64 or "")
+            assert key not in out and key.hex().encode() not in out
+            assert len(out) == 64 * 1024 and e.truncated
+            assert b"bwrap" not in err and b"prlimit" not in err and b"file=" in err
+            with pytest.raises(ExecError, match="timeout_max"):
+                await agent.exec("m", ["true"], timeout=120)
+
+
+async def test_a_toolchain_showing_the_state_is_refused(env) -> None:
+    """A toolchain directory inside (or holding) the state directory makes exec fail
+    with ExecError before anything runs: the trace would become visible."""
+    coord, state = env
+    a = await coord.root.fork("a")
+    head = a.head
+    for shown in (state / "trace.git", state.parent):
+        coord.toolchain = (shown,)
+        with pytest.raises(ExecError, match="state directory"):
+            await a.exec(["true"])
+    assert a.head == head
+
+
+def test_a_state_inside_a_system_directory_is_refused() -> None:
+    """A state directory under /usr or /etc (which commands see) is refused."""
+    from sandboxes import check_hidden
+
+    for bad in (Path("/usr/share/corral-state"), Path("/etc/corral")):
+        with pytest.raises(ValueError, match="every command sees"):
+            check_hidden(bad)
+    check_hidden(Path("/srv/corral-state"))
+
+
+async def test_declared_toolchain_is_the_commands_environment(env, tmp_path: Path) -> None:
+    """A virtualenv-like directory declared as toolchain is shown whole (its
+    packages too) with its bin/ first on the default PATH; Scope.exec_env says so."""
+    coord, _ = env
+    venv = Path(tempfile.mkdtemp(prefix="corral-venv-", dir="/tmp"))
+    try:
+        (venv / "bin").mkdir()
+        (venv / "lib").mkdir()
+        (venv / "lib" / "corral_probe.py").write_text("X = 7\n")
+        tool = venv / "bin" / "probe"
+        tool.write_text(f"#!/bin/sh\nexec python3 -c 'import sys; sys.path.insert(0, "
+                        f"\"{venv}/lib\"); import corral_probe; print(corral_probe.X)'\n")
+        tool.chmod(0o755)
+        venv.chmod(0o755)
+        coord.toolchain = (venv,)
+        a = await coord.root.fork("a")
+        assert a.exec_env()["PATH"].split(":")[0] == str(venv / "bin")
+        r = await run(coord, "probe")
+        assert (r.returncode, r.out) == (0, "7\n"), r.err
+        r = await run(coord, "probe", env={**a.exec_env(), "X": "1"})
+        assert (r.returncode, r.out) == (0, "7\n"), r.err
+    finally:
+        shutil.rmtree(venv)
