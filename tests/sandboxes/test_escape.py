@@ -605,7 +605,7 @@ def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
 
 async def test_over_http_with_a_scope_token(sample_repo: Path) -> None:
     """The same attacks through `corral serve`'s API with a scope token: env stays
-    inside, the state (server.key included) is invisible, the output limit set
+    inside, the state (its token store included) is invisible, the output limit set
     with --limit holds and is reported, a timeout past the maximum is a 400."""
     import base64
 
@@ -616,16 +616,18 @@ async def test_over_http_with_a_scope_token(sample_repo: Path) -> None:
     state = sample_repo / ".corral"
     limits = parse_limits(["output=64K", "timeout_max=60"])
     async with serve(state, sample_repo, guard=False, exec_limits=limits) as srv:
-        key = (state / "server.key").read_bytes()
         child = await srv.client.fork("root", "m")
+        # the token store (digests of every live token) is the state's secret now
+        store = (state / "tokens").read_bytes()
         async with CorralClient(srv.url, child.token) as agent:
-            e = await agent.exec("m", ["sh", "-c", f"cat {state}/server.key; ls {state}; "
+            e = await agent.exec("m", ["sh", "-c", f"cat {state}/tokens; ls {state}; "
                                        "head -c 1M /dev/zero | tr '\\0' x; true"],
                                  env={"LD_DEBUG": "files", "PATH": "/usr/bin:/bin"},
                                  timeout=30)
             out = base64.b64decode(e.stdout_b64 or "")
             err = base64.b64decode(e.stderr_b64 or "")
-            assert key not in out and key.hex().encode() not in out
+            assert store and not any(line in out for line in store.splitlines() if line)
+            assert child.token.encode() not in out and b"trace.git" not in out
             assert len(out) == 64 * 1024 and e.truncated
             assert b"bwrap" not in err and b"prlimit" not in err and b"file=" in err
             with pytest.raises(ExecError, match="timeout_max"):
