@@ -27,7 +27,7 @@ from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
 from ._errors import MergeError
-from ._scratch import GitDir, tree_bytes
+from ._scratch import merge_tree, tree_bytes
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
@@ -424,19 +424,23 @@ def _histogram_merge(
 ) -> list[bytes]:
     """Merge each (ancestor, ours, theirs) text as git's default merge does.
 
-    One `git merge-tree --write-tree` over three commits made of just these
-    files (flat names, so no renames are found among them). "union" sets the
+    One merge by a running `git merge-tree --write-tree --stdin` (see
+    `_scratch.MergeTree`) of three commits made of just these files (flat
+    names, so no renames are found among them). "union" sets the
     `merge=union` attribute; for "ours"/"theirs" (git 2.39's merge-tree has no
     `-X`) the conflicts come back marked in merge style and each is replaced
     by the favored side, as xdiff's favor does after the same refinement.
     """
-    marker = 7 + max(
-        (len(m[1]) for x in (y for f in files for y in f if y)
-         for m in _MARKER_RUN.finditer(x)), default=0)
+    texts = [x for f in files for x in f if x]
+    marker = _MARKER_SIZE
+    if strategy != "union" and any(m in x for x in texts for m in _MARKERS):
+        longest = max(len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x))
+        marker = max(marker, longest + 7)
     attributes = "* merge=union\n" if strategy == "union" else \
         f"* merge=text conflict-marker-size={marker}\n"
     names = [f"{i:06d}" for i in range(len(files))]
-    with GitDir(attributes) as git:
+    server = merge_tree(attributes)
+    with server.session() as git:
         def tree(k: int) -> str:
             entries = {}
             for n, f in zip(names, files, strict=True):
@@ -447,11 +451,11 @@ def _histogram_merge(
 
         base = git.commit(tree(0))
         ours, theirs = git.commit(tree(1), [base]), git.commit(tree(2), [base])
-        done = git.run("merge-tree", "--write-tree", ours, theirs)
-        if done.returncode not in (0, 1):
-            raise MergeError(
-                f"git merge-tree failed: {done.stderr.decode(errors='replace').strip()}")
-        kind, raw = git.read(done.stdout.split(b"\n", 1)[0].decode())
+        try:
+            result, _ = server.merge(ours, theirs)
+        except OSError as e:
+            raise MergeError(f"git merge-tree failed: {e}", cause=e) from e
+        kind, raw = git.read(result)
         assert kind == ObjectType.TREE
         ids = {name.decode(): oid.hex() for _, name, oid in _TREE_ENTRY.findall(raw)}
         merged = [git.read(ids[n])[1] for n in names]
@@ -461,6 +465,10 @@ def _histogram_merge(
             for m, f in zip(merged, files, strict=True)]
 
 
+_MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>")
+_MARKER_SIZE = 32
+"""Conflict markers this long never occur in real files; a file with lines
+starting with a run of markers as long gets longer ones (another git process)."""
 _MARKER_RUN = re.compile(rb"^(<+|=+|>+)", re.M)
 _TREE_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
 
@@ -472,6 +480,8 @@ def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours
     file has none; a conflict that ends the file is given back without it.
     """
     start, mid, end = b"<" * marker, b"=" * marker, b">" * marker
+    if start not in merged:
+        return merged
     out: list[bytes] = []
     side: list[bytes] = []
     state = 0  # 0 outside, 1 in ours, 2 in theirs
