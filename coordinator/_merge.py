@@ -10,24 +10,21 @@ parsed into hunks); its clean/conflict verdicts agree with git's. With a
 favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
 cannot give git's: it diffs with Myers where git's default merge (ort) uses
 histogram, which places some hunks differently. So those files go, all in one
-run, through `git merge-tree --write-tree` itself (`_histogram_merge`).
+run, through git's own merge (`_favor.favored_merge`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pygit2
 from pygit2 import C, ffi
-from pygit2.enums import ObjectType
 from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
-from ._errors import MergeError
-from ._scratch import GitDir, tree_bytes
+from ._favor import Sides, favored_merge
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
@@ -215,7 +212,7 @@ def three_way(
     base_t, ours_t = trace.tree(base_tree), trace.tree(ours_tree)
     changes: dict[str, tuple[str, int] | None] = {}
     conflicts: list[Conflict] = []
-    favored: list[_Sides] = []
+    favored: list[Sides] = []
 
     def side(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
         try:
@@ -374,130 +371,6 @@ def three_way(
     return MergeResult(base=base_commit, tree=tree, changes=changes)
 
 
-_Side = tuple[str, int]
-_Sides = tuple[str, _Side | None, _Side, _Side]
-"""(path, ancestor, ours, theirs): a file both sides changed; (blob id, mode) each."""
-
-_BINARY_PROBE = 8000
-"""git treats a file as binary when its first 8000 bytes hold a NUL."""
-
-
-def favored_merge(
-    trace: Trace, files: Sequence[_Sides], strategy: MergeStrategy
-) -> list[_Side]:
-    """The merged (blob id, mode) of each file both sides changed, as
-    `git merge -X ours|theirs` or a `merge=union` attribute gives it.
-
-    Trivial cases and what git does not merge line by line (binary files,
-    symlinks) are settled here; the text files go through `_histogram_merge`.
-    Modes merge as in git's ort: theirs unless only ours changed it.
-    """
-    pick_ours = strategy in ("ours", "union")
-    out: list[_Side | None] = []
-    todo: list[tuple[int, tuple[bytes | None, bytes, bytes], int]] = []
-    for i, (_, anc, o, t) in enumerate(files):
-        mode = t[1] if o[1] == t[1] or o[1] == (anc[1] if anc else 0) else o[1]
-        if o[0] == t[0] or (anc is not None and t[0] == anc[0]):
-            out.append((o[0], mode))
-            continue
-        if anc is not None and o[0] == anc[0]:
-            out.append((t[0], mode))
-            continue
-        if o[1] == 0o120000 or t[1] == 0o120000 or o[1] >> 12 != t[1] >> 12:
-            out.append(o if pick_ours else t)
-            continue
-        texts = (trace.blob(anc[0]) if anc else None, trace.blob(o[0]), trace.blob(t[0]))
-        if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
-            out.append((o[0] if pick_ours else t[0], mode))
-            continue
-        out.append(None)
-        todo.append((i, texts, mode))
-    if todo:
-        merged = _histogram_merge([texts for _, texts, _ in todo], strategy)
-        for (i, _, mode), data in zip(todo, merged, strict=True):
-            out[i] = (trace.write_blob(data), mode)
-    return [x for x in out if x is not None]
-
-
-def _histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: MergeStrategy
-) -> list[bytes]:
-    """Merge each (ancestor, ours, theirs) text as git's default merge does.
-
-    One `git merge-tree --write-tree` over three commits made of just these
-    files (flat names, so no renames are found among them). "union" sets the
-    `merge=union` attribute; for "ours"/"theirs" (git 2.39's merge-tree has no
-    `-X`) the conflicts come back marked in merge style and each is replaced
-    by the favored side, as xdiff's favor does after the same refinement.
-    """
-    marker = 7 + max(
-        (len(m[1]) for x in (y for f in files for y in f if y)
-         for m in _MARKER_RUN.finditer(x)), default=0)
-    attributes = "* merge=union\n" if strategy == "union" else \
-        f"* merge=text conflict-marker-size={marker}\n"
-    names = [f"{i:06d}" for i in range(len(files))]
-    with GitDir(attributes) as git:
-        def tree(k: int) -> str:
-            entries = {}
-            for n, f in zip(names, files, strict=True):
-                data = f[k]
-                if data is not None:
-                    entries[n] = (git.blob(data), 0o100644)
-            return git.write(ObjectType.TREE, tree_bytes(entries))
-
-        base = git.commit(tree(0))
-        ours, theirs = git.commit(tree(1), [base]), git.commit(tree(2), [base])
-        done = git.run("merge-tree", "--write-tree", ours, theirs)
-        if done.returncode not in (0, 1):
-            raise MergeError(
-                f"git merge-tree failed: {done.stderr.decode(errors='replace').strip()}")
-        kind, raw = git.read(done.stdout.split(b"\n", 1)[0].decode())
-        assert kind == ObjectType.TREE
-        ids = {name.decode(): oid.hex() for _, name, oid in _TREE_ENTRY.findall(raw)}
-        merged = [git.read(ids[n])[1] for n in names]
-    if strategy == "union":
-        return merged
-    return [_take_side(m, f[1], f[2], marker, strategy == "ours")
-            for m, f in zip(merged, files, strict=True)]
-
-
-_MARKER_RUN = re.compile(rb"^(<+|=+|>+)", re.M)
-_TREE_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
-
-
-def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours: bool) -> bytes:
-    """Merge-style conflict text with each conflict replaced by one side's lines.
-
-    xdiff adds a line end to a side's last line inside the markers when the
-    file has none; a conflict that ends the file is given back without it.
-    """
-    start, mid, end = b"<" * marker, b"=" * marker, b">" * marker
-    out: list[bytes] = []
-    side: list[bytes] = []
-    state = 0  # 0 outside, 1 in ours, 2 in theirs
-    lines = merged.splitlines(keepends=True)
-    for n, line in enumerate(lines):
-        bare = line.rstrip(b"\r\n")
-        if state == 0 and line.startswith(start) and (len(bare) == marker or bare[marker:
-                                                                              marker + 1] == b" "):
-            state, side = 1, []
-        elif state == 1 and bare == mid:
-            state = 2
-        elif state == 2 and line.startswith(end) and (len(bare) == marker or bare[marker:
-                                                                              marker + 1] == b" "):
-            source = ours if take_ours else theirs
-            if n == len(lines) - 1 and side and not source.endswith(b"\n"):
-                tail = source.rsplit(b"\n", 1)[-1]
-                side[-1] = side[-1][: len(tail)]
-            out.extend(side)
-            state = 0
-        elif state == 0:
-            out.append(line)
-        elif (state == 1) == take_ours:
-            side.append(line)
-    return b"".join(out)
-
-
 def _renames(
     trace: Trace,
     base_tree: str,
@@ -508,11 +381,30 @@ def _renames(
     """Files `side` renamed (old path -> new path) that the other side changed
     (edited or deleted) at the old path and did not touch at the new one. Looked
     for only when there is such a file, so a merge without one pays nothing;
-    found with libgit2's rename detection (git's default: 50 % similar)."""
+    found with libgit2's rename detection (git's default: 50 % similar).
+
+    Renames pair files deleted with files added, nothing else, so the
+    detection runs on two small trees holding just those (cost follows the
+    change, not the ~20 ms of a whole-tree diff at 16k files)."""
     candidates = {p for p, v in d_side.items() if v is None and p in d_other}
     if not candidates or not any(v is not None and p not in d_other for p, v in d_side.items()):
         return {}
-    diff = trace.tree(base_tree).diff_to_tree(trace.tree(side_tree))
+    base = trace.tree(base_tree)
+
+    def file_at(path: str) -> tuple[str, int] | None:
+        try:
+            e = base[path]
+        except KeyError:
+            return None
+        return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
+
+    gone: dict[str, tuple[str, int] | None] = {}
+    for p, v in d_side.items():
+        if v is None and (was := file_at(p)) is not None:
+            gone[p] = was
+    added = {p: v for p, v in d_side.items() if v is not None and file_at(p) is None}
+    old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
+    diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
     out: dict[str, str] = {}
     for delta in diff.deltas:

@@ -17,17 +17,25 @@ a diff that names another file is refused.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode
+from pygit2.enums import FileMode, ObjectType
 
-from ._errors import PatchError
+from ._errors import PatchError, PathError
+from ._paths import check_path, resolve_in
 from ._scratch import GitDir
+from ._trace import Trace
 
-__all__ = ["PatchedFile", "apply_patch", "candidate_paths", "for_one_file"]
+__all__ = [
+    "PatchedFile", "apply_patch", "candidate_paths", "for_one_file", "trace_blobs",
+    "workspace_files",
+]
 
 Preimage = Callable[[str], tuple[bytes, int] | None]
 """A file's current (content, git mode), or None when it is not a file."""
@@ -181,3 +189,36 @@ def _message(stderr: bytes) -> str:
     errors = [ln.removeprefix("error: ") for ln in lines if not ln.startswith("warning:")]
     text = "; ".join(errors or lines) or "git apply refused the patch"
     return f"the patch does not apply: {text}"
+
+
+def workspace_files(root: Path) -> Preimage:
+    """A Preimage reading the workspace at `root`: a file's content and git
+    mode; None for what is no file there, or no valid path (a patch naming
+    one then fails in git, which finds no such file)."""
+
+    def read(path: str) -> tuple[bytes, int] | None:
+        try:
+            target = resolve_in(root, check_path(path), follow_last=False)
+            st = target.lstat()
+        except (PathError, OSError):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return os.fsencode(os.readlink(target)), 0o120000
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return target.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644
+
+    return read
+
+
+def trace_blobs(trace: Trace) -> Callable[[str], bytes | None]:
+    """Blobs of the trace by abbreviated id (for `git apply --3way`)."""
+
+    def blob(abbrev: str) -> bytes | None:
+        try:
+            obj = trace.repo[abbrev]
+        except (KeyError, ValueError):
+            return None
+        return obj.read_raw() if obj.type == ObjectType.BLOB else None
+
+    return blob

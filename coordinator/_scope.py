@@ -9,13 +9,9 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
-
-from pygit2.enums import ObjectType
 
 from sandboxes import Change, Workspace, apply_changes, check_hidden, default_env
 
@@ -51,7 +47,7 @@ from ._events import Event
 from ._history import History
 from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
-from ._patch import apply_patch, for_one_file
+from ._patch import apply_patch, for_one_file, trace_blobs, workspace_files
 from ._paths import check_path, check_scope_name, resolve_in
 from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
@@ -243,7 +239,8 @@ class Scope(EffectPath, History):
         raw = text.encode() if isinstance(text, str) else bytes(text)
         if path is not None:
             raw = for_one_file(path, raw)
-            if b"\n--- /dev/null" not in b"\n" + raw and self._preimage(path) is None:
+            if b"\n--- /dev/null" not in b"\n" + raw \
+                    and workspace_files(self.workspace.backing)(path) is None:
                 raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
         async with self._lock:
             self._check_live()
@@ -256,8 +253,8 @@ class Scope(EffectPath, History):
         """The intent of patch `raw`: every file it changes, as git apply leaves
         them (blobs written). Raises PatchError when it does not apply."""
         trace = self._coord.trace
-        files = apply_patch(raw, self._preimage, three_way=three_way,
-                            unidiff_zero=one_file, blob=self._known_blob)
+        files = apply_patch(raw, workspace_files(self.workspace.backing), three_way=three_way,
+                            unidiff_zero=one_file, blob=trace_blobs(trace))
         if not files:
             raise PatchError("the patch changes nothing")
         changes = tuple(
@@ -269,28 +266,6 @@ class Scope(EffectPath, History):
         first = changes[0]
         return FsPatch(path=first.path, diff=trace.write_blob(raw), blob=first.blob,
                        mode=first.mode, changes=changes, three_way=three_way)
-
-    def _preimage(self, path: str) -> tuple[bytes, int] | None:
-        """A workspace file's content and git mode, for a patch to apply to;
-        None for what is no file (or no valid path) there."""
-        try:
-            target = resolve_in(self.workspace.backing, check_path(path), follow_last=False)
-            st = target.lstat()
-        except (PathError, OSError):
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            return os.fsencode(os.readlink(target)), 0o120000
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        return target.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644
-
-    def _known_blob(self, abbrev: str) -> bytes | None:
-        """A blob of the trace by abbreviated id (for `git apply --3way`)."""
-        try:
-            obj = self._coord.trace.repo[abbrev]
-        except (KeyError, ValueError):
-            return None
-        return obj.read_raw() if obj.type == ObjectType.BLOB else None
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""

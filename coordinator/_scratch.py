@@ -11,18 +11,21 @@ objects it writes are read back from that directory alone.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 import pygit2
 from pygit2.enums import ObjectType
 
-__all__ = ["GitDir", "tree_bytes"]
+__all__ = ["GitDir", "MergeTree", "merge_tree", "tree_bytes"]
 
 _ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CEILING_DIRECTORIES")
@@ -67,7 +70,9 @@ class GitDir:
         self.attributes = self.path / "attributes"
         self.attributes.write_text(attributes)
         self.odb = pygit2.Odb()
-        self.odb.add_backend(pygit2.OdbBackendLoose(str(self.path / "objects"), -1, False), 1)
+        # zlib level 1: these objects live for a few commands, and the default
+        # level costs more than the merge of a 100 KB file (libgit2 level 0 git cannot read)
+        self.odb.add_backend(pygit2.OdbBackendLoose(str(self.path / "objects"), 1, False), 1)
 
     def __enter__(self) -> GitDir:
         return self
@@ -101,6 +106,13 @@ class GitDir:
             ) -> subprocess.CompletedProcess[bytes]:
         """`git <args>` on this directory, with only its own configuration
         (plus `core.attributesFile` = this directory's `attributes`)."""
+        return subprocess.run(self.argv(*args), input=input, capture_output=True,
+                              env=self.env(env), cwd=cwd or self.path)
+
+    def argv(self, *args: str) -> list[str]:
+        return ["git", "-c", f"core.attributesFile={self.attributes}", *args]
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         full = {k: v for k, v in os.environ.items() if k not in _ENV_DROP}
         full.update({
             "GIT_DIR": str(self.path),
@@ -109,8 +121,124 @@ class GitDir:
             "GIT_TERMINAL_PROMPT": "0",
             "LC_ALL": "C",
         })
-        full.update(env or {})
-        return subprocess.run(
-            ["git", "-c", f"core.attributesFile={self.attributes}", *args],
-            input=input, capture_output=True, env=full, cwd=cwd or self.path,
+        full.update(extra or {})
+        return full
+
+
+class MergeTree:
+    """A long-running `git merge-tree --write-tree --stdin` on its own GitDir.
+
+    Starting git costs ~12 ms here under load (a load average of 10 on the
+    2 cores); a merge on a running one costs ~0.1 ms plus the merge. Where
+    coreutils' `stdbuf` is missing (git 2.39 does not flush its answers to a
+    pipe), each merge runs its own `git merge-tree` instead. Callers hold
+    `session()` (one merge at a time), write the commits' objects into its
+    GitDir, and call `merge`. The directory is replaced every `MAX_MERGES`
+    merges, so the objects written there do not pile up.
+    """
+
+    MAX_MERGES = 256
+
+    def __init__(self, attributes: str) -> None:
+        self._attributes = attributes
+        self._lock = threading.Lock()
+        self._git: GitDir | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""
+        self._merges = 0
+
+    @contextmanager
+    def session(self) -> Iterator[GitDir]:
+        with self._lock:
+            if self._git is None or (self._proc is not None and self._proc.poll() is not None) \
+                    or self._merges >= self.MAX_MERGES:
+                self._start()
+            assert self._git is not None
+            self._merges += 1
+            try:
+                yield self._git
+            except BaseException:
+                self.close()  # a half-read answer would desynchronize the next one
+                raise
+
+    def merge(self, ours: str, theirs: str) -> tuple[str, bool]:
+        """Merge two commits of the session's GitDir (their merge base as git
+        finds it). Returns (merged tree id, clean). Call inside `session()`."""
+        proc = self._proc
+        if proc is None:  # no stdbuf: one git process per merge
+            assert self._git is not None
+            done = self._git.run("merge-tree", "--write-tree", ours, theirs)
+            if done.returncode not in (0, 1):
+                raise OSError(done.stderr.decode(errors="replace").strip())
+            return done.stdout.split(b"\n", 1)[0].decode(), done.returncode == 0
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(f"{ours} {theirs}\n".encode())
+            proc.stdin.flush()
+            status, tree = self._field(), self._field()
+            while self._field():  # conflicted entries, up to the empty field
+                pass
+        except (OSError, EOFError) as e:
+            self.close()
+            raise OSError(f"git merge-tree stopped: {e}") from e
+        return tree, status == "1"
+
+    def _field(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        while b"\0" not in self._buf:
+            chunk = os.read(self._proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise EOFError("no answer")
+            self._buf += chunk
+        field, _, self._buf = self._buf.partition(b"\0")
+        return field.decode()
+
+    def _start(self) -> None:
+        self.close()
+        self._git = GitDir(self._attributes)
+        self._buf, self._merges = b"", 0
+        if _STDBUF is None:
+            return
+        # git 2.39's merge-tree does not flush its answers: unbuffer its stdout
+        self._proc = subprocess.Popen(
+            [_STDBUF, "-o0",
+             *self._git.argv("merge-tree", "--write-tree", "--stdin", "--no-messages")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=self._git.env(), cwd=self._git.path,
         )
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self._proc = None
+        if self._git is not None:
+            self._git.__exit__(None, None, None)
+            self._git = None
+
+
+_STDBUF = shutil.which("stdbuf")
+_SERVERS: dict[str, MergeTree] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def merge_tree(attributes: str) -> MergeTree:
+    """The process-wide MergeTree for these attributes (started on first use)."""
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(attributes)
+        if server is None:
+            server = _SERVERS[attributes] = MergeTree(attributes)
+        return server
+
+
+@atexit.register
+def _stop_servers() -> None:
+    for server in _SERVERS.values():
+        server.close()

@@ -181,3 +181,30 @@ def test_binary_files_take_a_side(tmp_path):
     for strategy in ("ours", "theirs"):
         want, got = both_ways(strategy, {"b.bin": base}, {"b.bin": ours}, {"b.bin": theirs})
         assert got == want
+
+
+def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
+    """Without coreutils' stdbuf (git 2.39 does not flush answers to a pipe),
+    each merge runs its own git merge-tree, with the same result."""
+    from pygit2.enums import ObjectType
+
+    from coordinator import _scratch
+
+    monkeypatch.setattr(_scratch, "_STDBUF", None)
+    server = _scratch.MergeTree("* merge=union\n")
+    try:
+        with server.session() as git:
+            blob = git.blob(b"x\n")
+            base_tree = _scratch.tree_bytes({"f": (blob, 0o100644)})
+            base = git.commit(git.write(ObjectType.TREE, base_tree))
+            sides = []
+            for line in (b"A\n", b"B\n"):
+                tree = _scratch.tree_bytes({"f": (git.blob(b"x\n" + line + b"same\n"), 0o100644)})
+                sides.append(git.commit(git.write(ObjectType.TREE, tree), [base]))
+            merged, clean = server.merge(*sides)
+            assert server._proc is None and clean
+            _, raw = git.read(merged)
+            oid = raw.split(b"\0", 1)[1][:20].hex()
+            assert git.read(oid)[1] == b"x\nA\nB\nsame\n"  # the issue's smallest case
+    finally:
+        server.close()

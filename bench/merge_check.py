@@ -1,0 +1,181 @@
+"""Corral's patches and merges against git's, on CooperBench's gold patches.
+
+For each task of one repository in the CooperBench dataset, every feature's
+`feature.patch` is applied on the task's base commit (from `setup.sh`) with
+`scope.patch` and with `git apply`; then every pair of features whose patches
+both apply is merged with `merge(dry_run=True)` for each strategy and with git
+(`git merge-tree --write-tree` for "fail"; `git merge` with `* merge=union`
+in `info/attributes`, `-X ours` or `-X theirs`), and the trees are compared.
+
+    python -m bench.merge_check DATASET_GIT_DIR pallets_click_task UPSTREAM_GIT_DIR
+
+DATASET_GIT_DIR is a clone of cooperbench/CooperBench (bare is fine), and
+UPSTREAM_GIT_DIR one of the task's upstream repository (pallets/click). Each
+base tree is committed afresh as a root commit, so a shallow or partial
+upstream clone is enough. Prints a JSON report: per strategy, the pairs that
+agree, the pairs git leaves conflicting, the dry-run merge p50 in ms, and the
+first pairs that disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from coordinator import Coordinator, PatchError, Scope
+
+__all__ = ["main", "check"]
+
+Strategy = Literal["fail", "union", "ours", "theirs"]
+STRATEGIES: tuple[Strategy, ...] = ("fail", "union", "ours", "theirs")
+_ENV = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b",
+        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None,
+         check: bool = False) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=_ENV,
+                          input=input)
+    if check and done.returncode:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.decode(errors='replace')}")
+    return done
+
+
+class _Check:
+    def __init__(self, dataset: str, task_dir: str, upstream: str) -> None:
+        self.dataset, self.task_dir, self.upstream = dataset, task_dir, upstream
+        self.patches = {"agree": 0, "total": 0}
+        self.merges: dict[str, dict[str, Any]] = {
+            s: {"agree": 0, "total": 0, "git_conflict": 0, "ms": [], "differ": []}
+            for s in STRATEGIES}
+
+    def _show(self, path: str) -> bytes:
+        return subprocess.run(["git", "--git-dir", self.dataset, "show", f"HEAD:{path}"],
+                              capture_output=True, check=True).stdout
+
+    def _ls(self, path: str) -> list[str]:
+        return subprocess.run(["git", "--git-dir", self.dataset, "ls-tree", "-r", "--name-only",
+                               f"HEAD:{path}"], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    def tasks(self) -> list[str]:
+        return sorted({p.split("/", 1)[0] for p in self._ls(f"dataset/{self.task_dir}")})
+
+    async def task(self, task: str, tmp: Path) -> None:
+        where = f"dataset/{self.task_dir}/{task}"
+        found = re.search(rb'BASE_COMMIT="([0-9a-f]+)"', self._show(f"{where}/setup.sh"))
+        if found is None:
+            return
+        files = self._ls(where)
+        features = sorted(int(m[1]) for f in files
+                          if (m := re.fullmatch(r"feature(\d+)/feature\.patch", f)))
+        repo = tmp / task
+        _git(tmp, "init", "-q", str(repo), check=True)
+        (repo / ".git/objects/info/alternates").write_text(self.upstream + "/objects\n")
+        base = _git(repo, "commit-tree", found[1].decode() + "^{tree}", "-m", "base",
+                    check=True).stdout.decode().strip()
+        patches = {k: self._show(f"{where}/feature{k}/feature.patch") for k in features}
+        want: dict[int, str | None] = {}
+        for k in features:
+            _git(repo, "checkout", "-q", "-f", "-B", f"f{k}", base, check=True)
+            if _git(repo, "apply", input=patches[k]).returncode == 0:
+                _git(repo, "add", "-A")
+                _git(repo, "commit", "-q", "-m", f"f{k}", check=True)
+                want[k] = _git(repo, "rev-parse", "HEAD^{tree}").stdout.decode().strip()
+            else:
+                want[k] = None
+        async with Coordinator.open(tmp / f"state-{task}", repo, base=base,
+                                    backend="copy") as coord:
+            scopes: dict[int, Scope] = {}
+            for k in features:
+                scope = await coord.root.fork(f"f{k}")
+                try:
+                    await scope.patch(patches[k])
+                    got: str | None = str(coord.trace.commit(scope.head).tree_id)
+                    scopes[k] = scope
+                except PatchError:
+                    got = None
+                self.patches["total"] += 1
+                self.patches["agree"] += got == want[k]
+            for i, j in itertools.combinations(sorted(scopes), 2):
+                for strategy in STRATEGIES:
+                    git_tree = self._git_merge(repo, i, j, strategy)
+                    t = time.perf_counter()
+                    merged = await scopes[i].merge(scopes[j], strategy=strategy, dry_run=True)
+                    stats = self.merges[strategy]
+                    stats["ms"].append((time.perf_counter() - t) * 1e3)
+                    stats["total"] += 1
+                    stats["git_conflict"] += git_tree is None
+                    ok = merged.tree == git_tree if git_tree is not None else (
+                        merged.tree is None or strategy != "fail")
+                    stats["agree"] += ok
+                    if not ok:
+                        stats["differ"].append(f"{task}:{i}-{j}")
+
+    @staticmethod
+    def _git_merge(repo: Path, i: int, j: int, strategy: str) -> str | None:
+        """git's merged tree of features i and j, or None when git leaves a conflict."""
+        if strategy == "fail":
+            done = _git(repo, "merge-tree", "--write-tree", "--name-only", f"f{i}", f"f{j}")
+            return done.stdout.decode().split("\n")[0] if done.returncode == 0 else None
+        attributes = repo / ".git/info/attributes"
+        attributes.parent.mkdir(exist_ok=True)
+        attributes.write_text("* merge=union\n" if strategy == "union" else "")
+        _git(repo, "checkout", "-q", "-f", "--detach", f"f{i}", check=True)
+        option = [] if strategy == "union" else ["-X", strategy]
+        done = _git(repo, "merge", "-q", "--no-edit", *option, f"f{j}")
+        tree = _git(repo, "rev-parse", "HEAD^{tree}").stdout.decode().strip()
+        if done.returncode:
+            _git(repo, "merge", "--abort")
+        _git(repo, "reset", "-q", "--hard")
+        return tree if done.returncode == 0 else None
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"patches": self.patches}
+        for strategy, s in self.merges.items():
+            out[strategy] = {
+                "agree": s["agree"], "total": s["total"], "git_conflict": s["git_conflict"],
+                "p50_ms": round(statistics.median(s["ms"]), 2) if s["ms"] else None,
+                "differ": s["differ"][:20],
+            }
+        return out
+
+
+async def check(dataset: str, task_dir: str, upstream: str) -> dict[str, Any]:
+    """Run the comparison for one `<repo>_task` directory; returns the report."""
+    run = _Check(dataset, task_dir, upstream)
+    tmp = Path(tempfile.mkdtemp(prefix="corral-merge-check-"))
+    try:
+        for task in run.tasks():
+            await run.task(task, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return run.report()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.merge_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset", help="git dir of cooperbench/CooperBench")
+    parser.add_argument("task_dir", help="e.g. pallets_click_task")
+    parser.add_argument("upstream", help="git dir of the task's upstream repository")
+    args = parser.parse_args(argv)
+    print(json.dumps(asyncio.run(check(args.dataset, args.task_dir, args.upstream)), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
