@@ -335,6 +335,8 @@ async def proposed(request: web.Request) -> web.Response:
     blob = request.query.get("blob") or None
     if not path:
         raise BadRequest("give the path the intent writes")
+    if "\x00" in path or path.startswith("/") or ".." in path.split("/"):
+        raise BadRequest(f"{path!r} is not a relative path inside the workspace")
     if blob is not None and (len(blob) != 40 or any(c not in "0123456789abcdef" for c in blob)):
         raise BadRequest(f"{blob!r} is not a full hex blob id")
     return _json(await hub.c.io(proposed_of, hub.c.trace, request.match_info["commit"], path,
