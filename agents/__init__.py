@@ -2,12 +2,16 @@
 
 The built-in coding agent (`CodingAgent`), model calls recorded as effects
 (`ModelCaller`), replay (`replay`), the LLM supervisor (`LLMSupervisor`), the
-orchestration behind `corral run` (`run_tasks`), and the scripted agent.
+orchestration behind `corral run` (`run_tasks`), the scripted agent, and agents by name
+(`load_agent`, the `corral.agents` group). Other agents in a scope, each an optional extra:
+`agents.miniswe` (mini-swe-agent), `agents.mcp_server` (an MCP server per scope),
+`agents.hooks` (Claude Code hooks).
 """
 
 from ._model_effects import ModelBlocked, ModelCaller, ModelResult, canonical
 from ._transcript import Transcript, step_commit, transcript_at
 from .coding import SYSTEM_PROMPT, TOOLS, AgentResult, CodingAgent
+from .entry import AgentFn, agent_names, load_agent
 from .replay import Changes, ReplayProvider, ReplayReport, replay
 from .run import RunReport, run_tasks
 from .scripted import Delete, Patch, Run, ScriptedAgent, Send, Step, Write
@@ -16,6 +20,7 @@ from .supervisor import LLMSupervisor
 __all__ = [
     "SYSTEM_PROMPT",
     "TOOLS",
+    "AgentFn",
     "AgentResult",
     "Changes",
     "CodingAgent",
@@ -34,7 +39,9 @@ __all__ = [
     "Step",
     "Transcript",
     "Write",
+    "agent_names",
     "canonical",
+    "load_agent",
     "replay",
     "run_tasks",
     "step_commit",

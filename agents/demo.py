@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -139,7 +138,7 @@ async def _run_demo(
     repo = make_demo_repo(tmp / "calc")
     report = DemoReport(state=str(state) if kept else "")
     guard = ConflictGuard()
-    py = sys.executable
+    py = "python3"  # the system's: a command sees no venv unless declared (coord.toolchain)
     async with Coordinator.open(state, repo, backend=backend, policies=[guard]) as coord:
         report.backend = coord.backend.name
         where = f"state {state}" if kept else "a temporary state (--state DIR keeps it)"

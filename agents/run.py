@@ -26,10 +26,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from coordinator import ConflictGuard, Coordinator, CorralError, Event, Policy
+from coordinator import ConflictGuard, Coordinator, CorralError, Event, Policy, Scope
 
 from ._model_effects import ModelCaller
 from .coding import AgentResult, CodingAgent
+from .entry import AgentFn, load_agent
 from .providers import Provider, provider_from_spec
 from .supervisor import LLMSupervisor
 
@@ -177,17 +178,27 @@ async def run_tasks(
     progress: Callable[[Event], None] | None = None,
     provider: Provider | None = None,
     squash: bool = False,
+    agent: str = "builtin",
 ) -> RunReport:
     """Run one coding agent per task and leave the merged result as `corral/<run-id>`
     (one commit over HEAD with `squash`, else the trace's history); an agent whose work
     did not merge is left as `corral/<run-id>-<agent>`.
 
-    `model` is one spec for every agent, or one per task. Returns the report (agents'
-    results, merges, exports, errors). Raises ModelError for a missing API key,
-    ValueError for a bad model or supervisor spec, CorralError for a bad repository.
+    `model` is one spec for every agent, or one per task. `agent` is `builtin`, another
+    name of the `corral.agents` group (`mini-swe-agent`) or a `module:attr` path (see
+    `agents.entry`). Returns the report (agents' results, merges, exports, errors).
+    Raises ModelError for a missing API key, ValueError for a bad model, supervisor or
+    agent spec, CorralError for a bad repository.
     """
     notes = check_run(repo, tasks, model, supervisor)
     specs = models_per_agent(model, tasks)
+    try:
+        agent_fn = None if agent == "builtin" else load_agent(agent)
+    except LookupError as e:
+        raise ValueError(str(e)) from e
+    if agent_fn is not None and supervisor.startswith("llm:"):
+        raise ValueError("the LLM supervisor steers the builtin agent only; use "
+                         "--supervisor conflict-guard or none with another agent")
     started = time.monotonic()
     repo = Path(repo).resolve()
     run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -210,21 +221,26 @@ async def run_tasks(
     try:
         async with Coordinator.open(state_dir, repo=repo, base="HEAD", policies=policies,
                                     backend=backend) as coord:
-            workers = [
+            workers: list[CodingAgent | _External] = [
                 CodingAgent(
                     coord, await coord.root.fork(name),
                     ModelCaller(coord, providers[spec], attempts=retries),
                     _task_text(name, task, team), max_steps=max_steps, max_tokens=max_tokens,
+                ) if agent_fn is None else _External(
+                    agent_fn, coord, await coord.root.fork(name), _task_text(name, task, team),
+                    provider=providers[spec], max_steps=max_steps, max_tokens=max_tokens,
+                    retries=retries,
                 )
                 for (name, task), spec in zip(team, specs, strict=True)
             ]
             meta = None
             if meta_provider is not None:
                 meta = LLMSupervisor(coord, ModelCaller(coord, meta_provider, attempts=retries),
-                                     workers)
+                                     [w for w in workers if isinstance(w, CodingAgent)])
                 await meta.start()
                 for w in workers:
-                    w.before_step = meta.settle
+                    if isinstance(w, CodingAgent):
+                        w.before_step = meta.settle
             try:
                 results = await _drive(coord, workers, meta, progress)
             finally:
@@ -262,9 +278,24 @@ async def run_tasks(
     return report
 
 
+class _External:
+    """An agent of the `corral.agents` group, driven like a CodingAgent (no LLM supervisor)."""
+
+    def __init__(self, fn: AgentFn, coord: Coordinator, scope: Scope, task: str,
+                 **options: Any) -> None:
+        self.fn, self.coord, self.scope, self.task, self.options = fn, coord, scope, task, options
+
+    @property
+    def name(self) -> str:
+        return self.scope.name
+
+    async def run(self) -> AgentResult:
+        return await self.fn(self.coord, self.scope, self.task, **self.options)
+
+
 async def _drive(
     coord: Coordinator,
-    workers: Sequence[CodingAgent],
+    workers: Sequence[CodingAgent | _External],
     meta: LLMSupervisor | None,
     progress: Callable[[Event], None] | None,
 ) -> dict[str, AgentResult]:
@@ -276,7 +307,7 @@ async def _drive(
         async for event in sub:
             progress(event)
 
-    async def drive(w: CodingAgent) -> None:
+    async def drive(w: CodingAgent | _External) -> None:
         while True:
             results[w.name] = await w.run()
             if meta is None:
@@ -305,7 +336,8 @@ async def _drive(
     return results
 
 
-async def _merge(coord: Coordinator, w: CodingAgent, result: AgentResult) -> MergeSummary:
+async def _merge(coord: Coordinator, w: CodingAgent | _External,
+                 result: AgentResult) -> MergeSummary:
     if result.status not in ("finished", "stopped"):
         return MergeSummary(w.name, "skipped")
     if not result.patch:

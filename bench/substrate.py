@@ -44,7 +44,8 @@ from ._synth import CheckoutSpec, checkout, parse_size, source_paths
 
 __all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "main", "render", "run", "run_async"]
 
-OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead")
+OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead",
+       "tree_diff_16k", "tree_diff_16k_full")
 """Every operation the report holds, per size, in table order."""
 
 FUSE_OPS = (
@@ -59,6 +60,10 @@ INTERCEPT_TARGET_US = 300.0
 """Target for the latency one intercepted open-for-write adds (p50, allow-all)."""
 
 REWIND_EFFECTS, REWIND_FILES, REWIND_EXECS = 20, 50, 5
+TREE_DIRS, TREE_FILES = 128, 125
+"""tree_diff_16k: Trace.diff_trees of a one-file change in a 16,000-file tree
+(128 directories of 125); tree_diff_16k_full: libgit2's diff of the same pair,
+which walks every entry (what diff_trees did before it skipped equal subtrees)."""
 MERGE_FILES = 10
 
 
@@ -206,6 +211,22 @@ class _Size:
             for s in (*sides, into):
                 await s.discard()
 
+    async def tree_diff(self) -> None:
+        trace = self.coord.trace
+        blob = trace.write_blob(b"x\n")
+        tree = trace.build_tree(None, {f"d{d}/f{f}.txt": (blob, 0o100644)
+                                       for d in range(TREE_DIRS) for f in range(TREE_FILES)})
+        for i in range(self.runs):
+            changed = trace.build_tree(tree, {f"d{i % TREE_DIRS}/f0.txt":
+                                              (trace.write_blob(f"{i}\n".encode()), 0o100644)})
+            t = time.perf_counter()
+            assert len(trace.diff_trees(tree, changed)) == 1
+            self.samples["tree_diff_16k"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            trace.tree(tree).diff_to_tree(trace.tree(changed))
+            self.samples["tree_diff_16k_full"].append(time.perf_counter() - t)
+            self.tick()
+
     async def exec(self) -> None:
         scope = await self.root.fork("x")
         await scope.exec(["true"])  # warm: first bwrap start pays page cache misses
@@ -247,7 +268,8 @@ async def _bench_size(
             # that it does not stall the small writes measured next.
             await asyncio.to_thread(os.sync)
             size = _Size(coord, spec, runs, tick)
-            steps = [size.fork, size.discard, size.write, size.rewind, size.merge, size.exec]
+            steps = [size.fork, size.discard, size.write, size.rewind, size.merge, size.exec,
+                     size.tree_diff]
             for step in steps:
                 if progress is not None and task is not None:
                     progress.reset(task, total=runs, description=f"{spec.name}: {step.__name__}")

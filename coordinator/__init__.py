@@ -52,6 +52,7 @@ from ._gate import GateRule, HumanGate
 from ._guard import Claim, ConflictGuard
 from ._hub import ServerConfig
 from ._merge import Conflict, Hunk, MergeResult, Resolver
+from ._openapi import Query, Route
 from ._policy import (
     Policy,
     PolicyChain,
@@ -66,7 +67,7 @@ from ._policy import (
 )
 from ._reviewers import ReviewerPool
 from ._scope import Scope
-from ._server import make_app, run_server
+from ._server import make_app, request_scope, run_server
 from ._trace import Trace, TraceEntry
 
 __all__ = [
@@ -79,6 +80,9 @@ __all__ = [
     "ServerConfig",
     "load_policy",
     "make_app",
+    "Query",
+    "Route",
+    "request_scope",
     "run_server",
     "Claim",
     "Conflict",

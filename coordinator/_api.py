@@ -52,6 +52,7 @@ __all__ = [
     "ReadResponse",
     "ResultOut",
     "ReviewAnswer",
+    "ReviewRequest",
     "RewindRequest",
     "ScopeOut",
     "ScopesOut",
@@ -64,7 +65,7 @@ __all__ = [
 API_VERSION = "1"
 
 ScopeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-RelPath = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+RelPath = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 Cause = Annotated[str | None, Field(default=None, max_length=200)]
 
 
@@ -79,7 +80,8 @@ def b64(data: bytes) -> str:
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict: `false` is not a number and `0` is not a boolean, as the schema says.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class _PathRequest(_Request):
@@ -133,7 +135,9 @@ class DeleteRequest(_PathRequest):
 
 class ExecRequest(_Request):
     argv: Annotated[list[Annotated[str, StringConstraints(max_length=65536)]],
-                    Field(min_length=1, max_length=4096)]
+                    Field(min_length=1, max_length=4096,
+                          # the program (argv[0]) cannot be empty: say so in the schema
+                          json_schema_extra={"prefixItems": [{"type": "string", "minLength": 1}]})]
     timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
     """Seconds before the command is killed."""
     network: bool = False
@@ -154,6 +158,23 @@ class ExecRequest(_Request):
             if not k or "=" in k or "\x00" in k or "\x00" in val:
                 raise ValueError(f"invalid environment variable {k!r}")
         return v
+
+
+class ReviewRequest(_Request):
+    """An intent to put to the policy chain without carrying it out: exactly one of
+    `write`, `patch`, `delete`, `exec`, with the same fields as those calls."""
+
+    write: WriteRequest | None = None
+    patch: PatchRequest | None = None
+    delete: DeleteRequest | None = None
+    exec: ExecRequest | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ReviewRequest:
+        given = [k for k in ("write", "patch", "delete", "exec") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of write, patch, delete, exec")
+        return self
 
 
 class RewindRequest(_Request):
@@ -278,6 +299,8 @@ class ExecResultOut(ResultOut):
     stdout_b64: str | None = None
     stderr_b64: str | None = None
     timed_out: bool = False
+    truncated: bool = False
+    """stdout or stderr passed the output limit: only its first bytes are here."""
 
 
 class ReadResponse(_Response):
@@ -362,8 +385,14 @@ class GateItem(_Response):
     id: str
     """Use in /v1/gate/{id}/approve or /reject."""
     rule: str
+    review: Literal["intent", "changes"] = "intent"
+    """"intent": may this run? "changes": the second review of an exec, before
+    the files it changed (`changes`) are applied."""
     summary: str
-    """The effect's one-line summary (what its commit subject will say)."""
+    """The effect's one-line summary (what its commit subject will say); for a
+    second review, followed by the changed paths."""
+    changes: list[FileChange] | None = None
+    """For a second review: the files the command changed (blob None: deleted)."""
     effect: Effect
     """The pending effect (intent proposed, not decided)."""
 

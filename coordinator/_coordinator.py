@@ -14,24 +14,25 @@ import fcntl
 import logging
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import sandboxes
-from sandboxes import Backend, SandboxError, Workspace
+from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
 
 from ._effects import Effect
-from ._errors import CorralError, SandboxFailure, StateError, UnknownScope
+from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
 from ._events import EventBus
 from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
 from ._scope import Scope
-from ._trace import SCOPE_PREFIX, Trace
+from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 
 __all__ = ["Coordinator"]
 
@@ -70,13 +71,24 @@ class Coordinator:
         self._lockfile: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
+        self._loop_thread: int | None = None
+        """Its thread's kernel id: a fuse call from it must not wait for the loop."""
         self.live_timeout = LIVE_TIMEOUT_S
         """Seconds the policy chain has to decide on a live call in a fuse workspace
         before the call is denied (and the denial recorded)."""
         self.defer_timeout = DEFER_TIMEOUT_S
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
+        self.exec_limits = Limits()
+        """What one command may use (processes, memory, output, file and layer
+        size, the longest timeout); raise a field with dataclasses.replace."""
+        self.toolchain: tuple[Path, ...] = ()
+        """Host directories a command sees read-only (their bin/ first on its PATH):
+        a virtualenv, a language toolchain. Nothing else of the host's is shown
+        beyond the system directories."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
+        self._forking: set[str] = set()
+        """Names claimed by forks in progress (see `_claim_name`)."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -108,6 +120,7 @@ class Coordinator:
             cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
         )
         coord._loop = asyncio.get_running_loop()
+        coord._loop_thread = threading.get_native_id()
         try:
             yield coord
         finally:
@@ -168,7 +181,9 @@ class Coordinator:
             raise
 
     def _load_scopes(self, snapshot: str) -> None:
-        """Rebuild every live scope's workspace from its head in the trace."""
+        """Rebuild every live scope's workspace from its head in the trace. A
+        scope's fork point and next seq come from its fork ref and its head's
+        record, so this costs what the scopes changed, not their history."""
         trace = self.trace
         snap_tree = str(trace.commit(snapshot).tree_id)
         populate = partial(self._extract_tree, snap_tree)
@@ -177,19 +192,37 @@ class Coordinator:
             assert head is not None
             ws: Workspace = self.backend.base(snap_tree, populate, name=name)
             head_tree = str(trace.commit(head).tree_id)
-            fork_point, parent, seq = snapshot, None, 0
-            for entry in trace.walk(head):  # newest first
-                eff = entry.effect
-                assert eff is not None
-                seq = max(seq, eff.seq + 1)
-                if eff.kind == "scope.fork" and eff.scope == name:
-                    fork_point, parent = entry.commit, eff.intent.parent  # type: ignore[union-attr]
-                    break
+            fork_point, parent, seq = self._lineage(name, head, snapshot)
             scope = Scope(self, name, ws, head, fork_point, parent, seq)
             if head_tree != snap_tree:
                 scope._apply_tree_changes(trace.diff_trees(snap_tree, head_tree))
+            # Ignored files are not in the tree: they come back from their own ref.
+            kept = trace.ignored_files(name)
+            if kept:
+                apply_changes(ws.backing, [Change(path, trace.blob(blob), mode)
+                                           for path, blob, mode in kept])
             self.scopes[name] = scope
         self.metrics.scope_count(self)
+
+    def _lineage(self, name: str, head: str, snapshot: str) -> tuple[str, str | None, int]:
+        """A live scope's fork point, parent scope and next seq."""
+        trace = self.trace
+        latest = trace.show(head).effect
+        fork = trace.fork_point(name)
+        if fork is not None and latest is not None and latest.scope == name:
+            effect = trace.show(fork).effect
+            assert effect is not None and effect.kind == "scope.fork"
+            return fork, effect.intent.parent, latest.seq + 1  # type: ignore[union-attr]
+        # No fork ref (root, or a trace from before they were kept): walk back.
+        fork_point, parent, seq = snapshot, None, 0
+        for entry in trace.walk(head):  # newest first
+            eff = entry.effect
+            assert eff is not None
+            seq = max(seq, eff.seq + 1)
+            if eff.kind == "scope.fork" and eff.scope == name:
+                fork_point, parent = entry.commit, eff.intent.parent  # type: ignore[union-attr]
+                break
+        return fork_point, parent, seq
 
     def _extract_tree(self, tree: str, into: Path) -> None:
         """Write a tree's files into a directory (the base layer), with git's own
@@ -240,6 +273,45 @@ class Coordinator:
             waiters = self._settle_waiters.get(name, [])
             if waiter in waiters:
                 waiters.remove(waiter)
+
+    @contextmanager
+    def _claim_name(self, name: str) -> Iterator[None]:
+        """Hold scope name `name` for a fork in progress (released when it ends;
+        by then the scope is registered or the fork failed). Raises
+        ScopeExists when a live scope or another fork has it. Synchronous, so
+        the check and the claim are one step on the event loop."""
+        live = self.scopes.get(name)
+        if (live is not None and not live.discarded) or name in self._forking:
+            raise ScopeExists(f"scope {name!r} already exists")
+        self._forking.add(name)
+        try:
+            yield
+        finally:
+            self._forking.discard(name)
+
+    def _forget(self, scope: Scope) -> None:
+        """A discarded scope leaves the registry (and wakes who waits on it),
+        unless live scopes were forked from it: they name it as their parent,
+        so it stays until the last of them goes."""
+        self._settled(scope.name, "discarded")
+        gone: Scope | None = scope
+        while gone is not None and gone.discarded and gone.name != "root":
+            if self.scopes.get(gone.name) is not gone or any(
+                s.parent == gone.name for s in self.scopes.values()
+            ):
+                break
+            del self.scopes[gone.name]
+            gone = self.scopes.get(gone.parent) if gone.parent is not None else None
+        self.metrics.scope_count(self)
+
+    def last_discard(self, name: str) -> str | None:
+        """The commit of the latest discard of scope `name` that is no longer
+        registered (None when there is none)."""
+        prefix = f"{ARCHIVE_PREFIX}{name}-"
+        numbered = [r for r in self.trace.refs(prefix) if r[len(prefix):].isdigit()]
+        if not numbered:
+            return None
+        return self.trace.ref(max(numbered, key=lambda r: int(r[len(prefix):])))
 
     def _settled(self, name: str, how: Settled) -> None:
         """Scope `name` was merged somewhere or discarded: wake who waits on it."""

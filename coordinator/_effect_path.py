@@ -132,6 +132,9 @@ class EffectPath:
     ) -> Result:
         self._check_live()
         coord = self._coord
+        # Backpressure: while the trace's journal is full (writers outran its
+        # checkpoints), effects wait here instead of the journal growing.
+        await coord.trace.journal.room()
         pending = self._next_effect(intent, cause=cause)
         coord._pending[pending.id] = pending
         coord.events.publish(Event("intent", pending))
@@ -148,11 +151,17 @@ class EffectPath:
                     return await self._act_and_record(pending, decision, todo, act, parents, tree)
                 outcome, changes = await act(todo)
             except _Blocked as b:
+                # The second review blocked: its decision is the effect's, and the
+                # first one's reason (an approval at the gate, say) stays in it.
+                blocking = b.decision
+                if decision.reason:
+                    blocking = blocking.model_copy(update={
+                        "reason": f"{blocking.reason} (after: {decision.reason})"})
                 return await self._record(
                     pending.model_copy(
                         update={
                             "status": "blocked",
-                            "decision": b.decision,
+                            "decision": blocking,
                             "outcome": b.outcome,
                             "intent": b.intent,
                         }
@@ -171,6 +180,26 @@ class EffectPath:
             return await self._record(effect, changes, parents=parents, tree=tree)
         finally:
             coord._pending.pop(pending.id, None)
+
+    async def review(self, intent: Intent, *, cause: str | None = None) -> Result:
+        """Put `intent` to the policy chain without carrying it out: for an agent that acts
+        outside Corral (a Claude Code hook asks before its tool runs). The effect is
+        recorded with the decision and status `allowed`, `rewritten` or `blocked`, and a
+        commit that changes no file; observers see it like any other intent."""
+        async with self._lock:
+            self._check_live()
+            coord = self._coord
+            pending = self._next_effect(intent, cause=cause)
+            coord._pending[pending.id] = pending
+            coord.events.publish(Event("intent", pending))
+            try:
+                decision = await self._decide(pending, intent)
+                status = {"allow": "allowed", "rewrite": "rewritten"}.get(
+                    decision.verdict, "blocked")
+                return await self._record(
+                    pending.model_copy(update={"status": status, "decision": decision}))
+            finally:
+                coord._pending.pop(pending.id, None)
 
     def _next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect:
         """A pending effect record for `intent`, taking the scope's next seq."""

@@ -9,6 +9,7 @@ model requests) are git blobs referenced by their hex id, so commits stay small.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,13 +82,25 @@ class FsWrite(_Record):
 
 
 class FsPatch(_Record):
+    """A patch (`git diff` / `git format-patch` form) of one or many files: one
+    intent, one commit. What it changes is computed at proposal, so a policy
+    reviews every file (`changes`)."""
+
     kind: Literal["fs.patch"] = "fs.patch"
     path: str
+    """The first path of `changes` (the patched file, for a one-file patch)."""
     diff: str
-    """Blob id of the unified diff as given."""
-    blob: str
-    """Blob id of the file after the diff is applied (computed at proposal)."""
+    """Blob id of the patch as given."""
+    blob: str | None
+    """Blob id of `path` after the patch (None when the patch deletes it)."""
     mode: int = 0o100644
+    changes: tuple[FileChange, ...] = ()
+    """Every file the patch changes, in path order (a rename is a deletion and
+    a new file). Empty in records from before multi-file patches: then
+    `path`/`blob`/`mode` are the one change."""
+    three_way: bool = False
+    """Applied as `git apply --3way` (falling back to a merge with the blob the
+    patch was made against)."""
 
 
 class FsDelete(_Record):
@@ -97,7 +110,7 @@ class FsDelete(_Record):
 
 FsOpKind = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 
 
@@ -113,7 +126,8 @@ class FsOp(_Record):
     path: str
     """Workspace-relative path the call changes (rename: the source)."""
     target: str | None = None
-    """rename: the destination; link: the existing file; symlink: the link's content."""
+    """rename: the destination; link: the existing file; symlink: the link's
+    content; chown: `uid:gid` (-1 leaves one unchanged)."""
 
 
 class Exec(_Record):
@@ -121,6 +135,9 @@ class Exec(_Record):
     argv: tuple[str, ...]
     timeout: float
     network: bool = False
+    env: dict[str, str] | None = None
+    """The command's whole environment, set inside its sandbox only; None: the
+    default (PATH from the toolchain and the system, HOME=/tmp, LANG, TMPDIR)."""
     changes: tuple[FileChange, ...] | None = None
     """None when the command is asked to run; the files it changed when its
     outcome is asked to be applied (the second review of a transactional exec)."""
@@ -235,7 +252,11 @@ class FsOutcome(_Record):
     kind: Literal["fs"] = "fs"
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
-    """Paths written to the workspace but not recorded (matched by .gitignore)."""
+    """Paths written to the workspace but not in the commit's tree (matched by .gitignore)."""
+    ignored_files: str | None = None
+    """Blob id of those paths' new content, a JSON list of FileChange (blob
+    None: deleted): kept beside the tree, so a restart restores them (see
+    `Trace.ignored_files`). A blob, as a command may leave thousands."""
 
 
 class ExecOutcome(_Record):
@@ -248,6 +269,14 @@ class ExecOutcome(_Record):
     duration_s: float = 0.0
     changes: tuple[FileChange, ...] = ()
     ignored: tuple[str, ...] = ()
+    truncated: bool = False
+    """stdout or stderr passed the output limit: only its first bytes were kept."""
+    ignored_files: str | None = None
+    """The ignored paths' new content, as in FsOutcome."""
+    review: Decision | None = None
+    """The policy chain's decision on the files the command changed (its second
+    review; None when it changed nothing). The first, on running it, is the
+    effect's `decision`."""
 
 
 class Usage(_Record):
@@ -321,6 +350,8 @@ class Effect(_Record):
         i = self.intent
         detail: str
         match i:
+            case FsPatch() if len(i.changes) > 1:
+                detail = f"{i.path} (+{len(i.changes) - 1} more)"
             case FsWrite() | FsPatch() | FsDelete():
                 detail = i.path
             case FsOp():
@@ -344,7 +375,15 @@ class Effect(_Record):
             case SupervisorAction():
                 detail = f"{i.action} {i.target}"
         mark = "" if self.status == "materialized" or not status else f" [{self.status}]"
-        return f"{i.kind} {detail}{mark}"
+        # One line whatever a path or argv holds: the subject ends at the first newline.
+        return _CONTROL.sub(_escape, f"{i.kind} {detail}{mark}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -94,12 +94,14 @@ class Subscription:
 class EventBus:
     def __init__(self) -> None:
         self._subs: set[Subscription] = set()
-        self._taps: list[Callable[[Event], None]] = []
+        self._listeners: list[Callable[[Event], None]] = []
 
-    def tap(self, fn: Callable[[Event], None]) -> None:
-        """Call `fn` with every event as it is published, synchronously (for counters:
-        it must be quick and must not raise; it runs on the agents' path)."""
-        self._taps.append(fn)
+    def listen(self, fn: Callable[[Event], None]) -> None:
+        """Call `fn` with every event, synchronously, after the subscriptions
+        have it (for bookkeeping that must not lag: revoking a discarded scope's
+        token before anything else can run; counting tokens from model calls).
+        `fn` runs on the agents' path: it must be quick and must not raise."""
+        self._listeners.append(fn)
 
     def subscribe(
         self,
@@ -120,12 +122,13 @@ class EventBus:
         return sub
 
     def publish(self, event: Event) -> None:
-        for fn in self._taps:
-            fn(event)
         for sub in list(self._subs):
             if sub.matches(event):
                 sub._offer(event)
+        for fn in self._listeners:
+            fn(event)
 
     def close(self) -> None:
+        self._listeners.clear()
         for sub in list(self._subs):
             sub.close()

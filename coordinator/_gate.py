@@ -6,6 +6,14 @@ someone approves or rejects it over the API (`/v1/gate/...`). Rejecting blocks
 it with the person's reason. Approving does not decide: the gate steps aside
 (the chain goes on, so later policies still see it) and the approval is noted
 in the final decision's reason. With a `timeout`, an unanswered hold blocks.
+
+A transactional exec is reviewed twice, and a matching rule holds it twice:
+once before it runs (`review == "intent"`: may this command run?), and, if it
+changed files, once more before they are applied (`review == "changes"`; the
+held effect's intent lists them and its summary names them). A rule with a
+path glob matches only the second. Both answers are recorded: the first in the
+effect's decision, the second in its outcome's `review` (and, when it
+rejects, as the effect's decision with the first one's reason after it).
 """
 
 from __future__ import annotations
@@ -13,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 from dataclasses import dataclass
+from typing import Literal
 
 from ._effects import Decision, Effect, Exec, FsDelete, FsPatch, FsWrite, Intent
 from ._errors import NotFound
 from ._policy import View
 
-__all__ = ["GateRule", "HumanGate", "Held"]
+__all__ = ["GateRule", "HumanGate", "Held", "Review"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +56,16 @@ class GateRule:
 
 def _paths(intent: Intent) -> list[str]:
     match intent:
+        case FsPatch() if intent.changes:  # a patch of many files
+            return [c.path for c in intent.changes]
         case FsWrite() | FsPatch() | FsDelete():
             return [intent.path]
         case Exec(changes=changes) if changes:
             return [c.path for c in changes]
     return []
+
+
+Review = Literal["intent", "changes"]
 
 
 @dataclass(slots=True)
@@ -60,6 +74,22 @@ class Held:
     rule: GateRule
     effect: Effect
     answer: asyncio.Future[tuple[bool, str]]
+
+    @property
+    def review(self) -> Review:
+        """"intent" (may this run?), or "changes": the second review of an exec,
+        holding the files the command changed before they are applied."""
+        intent = self.effect.intent
+        return "changes" if isinstance(intent, Exec) and intent.changes is not None else "intent"
+
+    def summary(self) -> str:
+        line = self.effect.summary(status=False)
+        intent = self.effect.intent
+        if isinstance(intent, Exec) and intent.changes is not None:
+            paths = [c.path for c in intent.changes]
+            shown = ", ".join(paths[:5]) + (f", ... ({len(paths)} files)" if len(paths) > 5 else "")
+            line += f" [its changes: {shown}]"
+        return line
 
 
 class HumanGate:

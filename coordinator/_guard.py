@@ -133,6 +133,8 @@ class ConflictGuard:
 
 def _writes(intent: Intent) -> list[FileChange]:
     match intent:
+        case FsPatch() if intent.changes:
+            return list(intent.changes)
         case FsWrite() | FsPatch():
             return [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
         case FsDelete():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import pygit2
+
 from sandboxes import Change, Workspace, apply_changes
 
 from ._effect_path import InThread, Result
@@ -92,22 +94,30 @@ class History:
             )
 
     def _rewind_target(self, to: str | None, steps: int | None) -> str:
+        """The commit a rewind goes to. Walks back from the head only as far as
+        the target (or the fork point): the cost follows the steps rewound, not
+        the length of the branch."""
         trace = self._coord.trace
-        line = trace.first_parents(self.head, self.fork_point)  # newest first
+        fork_point = pygit2.Oid(hex=self.fork_point)
+        wanted = None if to is None else trace.commit(to).id
+        commit = trace.commit(self.head)
+        taken = 0
+        while True:
+            if commit.id == wanted or taken == steps:
+                return str(commit.id)
+            if commit.id == fork_point or not commit.parent_ids:
+                break
+            commit = commit.parents[0]
+            taken += 1
         if steps is not None:
-            if steps >= len(line):
-                raise RewindError(
-                    f"cannot rewind {steps} steps: scope {self.name!r} has only "
-                    f"{len(line) - 1} effects since its fork point"
-                )
-            return line[steps]
-        assert to is not None
-        commit = str(trace.commit(to).id)
-        if commit not in line:
-            if trace.is_ancestor(commit, self.fork_point):
-                raise RewindError(f"{to!r} is before the fork point of scope {self.name!r}")
-            raise RewindError(f"{to!r} is not on the branch of scope {self.name!r}")
-        return commit
+            raise RewindError(
+                f"cannot rewind {steps} steps: scope {self.name!r} has only "
+                f"{taken} effects since its fork point"
+            )
+        assert wanted is not None
+        if trace.is_ancestor(str(wanted), self.fork_point):
+            raise RewindError(f"{to!r} is before the fork point of scope {self.name!r}")
+        raise RewindError(f"{to!r} is not on the branch of scope {self.name!r}")
 
     def _rewind_workspace(self, head: str, target: str) -> None:
         """Make the workspace equal tree(target): apply the tree diff, and drop

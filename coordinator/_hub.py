@@ -4,15 +4,18 @@ the reviewers, held in the aiohttp app under one typed key."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 
+from sandboxes import Limits
+
 from ._auth import Principal, Tokens
 from ._coordinator import Coordinator
+from ._events import Event, Subscription
 from ._gate import GateRule, HumanGate
 from ._policy import Policy
 from ._reviewers import ReviewerPool
@@ -41,10 +44,16 @@ class ServerConfig:
     defer_timeout: float | None = None
     """Seconds a deferred intent waits for its scope to merge (None: the
     coordinator's default, `DEFER_TIMEOUT_S`)."""
+    exec_limits: Limits | None = None
+    """What one command may use (None: the defaults of `sandboxes.Limits`)."""
+    toolchain: Sequence[Path] = ()
+    """Host directories commands see read-only, their bin/ first on PATH."""
     admin_token: str | None = None
     """None: a random one (read it from `Hub.tokens.admin`)."""
     max_body: int = DEFAULT_MAX_BODY
     """Largest request body in bytes (413 beyond)."""
+    body_timeout: float = 30.0
+    """Seconds a request body may take to arrive (408 beyond)."""
     clock: Callable[[], float] | None = None
     """Fixed commit times, for reproducible traces (tests)."""
 
@@ -57,6 +66,31 @@ class Hub:
     coord: Coordinator | None = None
     tokens: Tokens | None = None
     sockets: weakref.WeakSet[web.WebSocketResponse] = field(default_factory=weakref.WeakSet)
+    scoped_streams: dict[str, set[Subscription]] = field(default_factory=dict)
+    """Event streams opened with a scope token, by every scope they depend on
+    (the token's and the ones they watch): closed when any of them is discarded."""
+
+    def on_event(self, event: Event) -> None:
+        """A scope discarded: its token dies and the streams it authorized close,
+        before its name can be forked again."""
+        effect = event.effect
+        if (event.type != "effect" or effect.kind != "scope.discard"
+                or effect.status != "materialized"):
+            return
+        if self.tokens is not None:
+            self.tokens.revoke(effect.scope)
+        for sub in self.scoped_streams.pop(effect.scope, set()):
+            sub.close()
+
+    def watch_stream(self, sub: Subscription, scopes: Iterable[str]) -> None:
+        for name in scopes:
+            self.scoped_streams.setdefault(name, set()).add(sub)
+
+    def unwatch_stream(self, sub: Subscription) -> None:
+        for name, subs in list(self.scoped_streams.items()):
+            subs.discard(sub)
+            if not subs:
+                del self.scoped_streams[name]
 
     @property
     def c(self) -> Coordinator:

@@ -1,5 +1,8 @@
-"""Which paths the trace does not record: those matched by the repository's .gitignore
-files, and by default the caches tools leave behind (`DEFAULT_IGNORES`).
+"""Which paths the trace does not put in its trees: those matched by the
+repository's .gitignore files, and by default the caches tools leave behind
+(`DEFAULT_IGNORES`). Their content is still recorded, beside the tree: in the
+effect that wrote them (`ignored_files`) and in a per-scope tree of them
+(`Trace.ignored_files`), so nothing acknowledged is lost over a restart.
 
 Without the defaults, a command run in a repository with no .gitignore (say `pytest`)
 committed `.pytest_cache/` and `__pycache__/` into the agent's branch and on into every
@@ -11,12 +14,20 @@ separated by commas; empty: none).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import pathspec
 import pygit2
+from pydantic import TypeAdapter
 
-__all__ = ["DEFAULT_IGNORES", "IgnoreRules", "default_ignores"]
+from ._effects import FileChange
+
+if TYPE_CHECKING:
+    from ._trace import Trace
+
+__all__ = ["DEFAULT_IGNORES", "IgnoreRules", "default_ignores", "load_ignored", "store_ignored"]
 
 DEFAULT_IGNORES = (
     "__pycache__/", "*.py[co]", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/",
@@ -78,3 +89,16 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = bool(result.include)
         return verdict
+
+
+_IGNORED = TypeAdapter(list[FileChange])
+
+
+def store_ignored(trace: Trace, changes: Sequence[FileChange]) -> str | None:
+    """The blob an outcome's `ignored_files` names (None when there are none)."""
+    return trace.write_blob(_IGNORED.dump_json(list(changes))) if changes else None
+
+
+def load_ignored(trace: Trace, blob: str | None) -> list[FileChange]:
+    """The changes an outcome's `ignored_files` blob lists."""
+    return _IGNORED.validate_json(trace.blob(blob)) if blob else []

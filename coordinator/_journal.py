@@ -30,6 +30,10 @@ effect too; plain `git` sees the trace as of the last checkpoint (at most
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
+import gc
 import hashlib
 import logging
 import os
@@ -38,15 +42,16 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import ObjectType
 
 from ._errors import StateError
+from ._packfile import write_pack
 
-__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_S", "Journal"]
+__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_OBJECTS", "CHECKPOINT_S", "Journal"]
 
 log = logging.getLogger("corral.journal")
 
@@ -54,12 +59,16 @@ CHECKPOINT_S = 2.0
 """Seconds between checkpoints while there is something to checkpoint."""
 CHECKPOINT_BYTES = 32 << 20
 """Checkpoint early once this much object data waits in memory."""
+CHECKPOINT_OBJECTS = 16_384
+"""... or this many objects (what a checkpoint's and a replay's time follow)."""
 MAX_PACKS = 16
 """Past this many packs, a checkpoint rolls the small ones up (git repack --geometric)."""
 
 _HEADER = struct.Struct("<cII")  # kind, payload length, crc32 of payload
 _ZERO = bytes(20)
 _TYPE_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
+
+_Object = tuple[int, bytes]
 
 
 def object_id(type_: int, data: bytes) -> str:
@@ -76,22 +85,27 @@ class _MemoryBackend(pygit2.OdbBackend):
     def __init__(self, journal: Journal) -> None:
         super().__init__()
         self._journal = journal
-        self._objects = journal.objects
+
+    def _get(self, oid: str) -> _Object:
+        found = self._journal.get(oid)
+        if found is None:
+            raise KeyError(oid)
+        return found
 
     def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
-        return self._objects[str(oid)]
+        return self._get(str(oid))
 
     def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
-        type_, data = self._objects[str(oid)]
+        type_, data = self._get(str(oid))
         return type_, len(data)
 
     def read_prefix_cb(self, prefix: str) -> tuple[int, bytes, pygit2.Oid]:
         full = self._journal.expand(prefix)
-        type_, data = self._objects[full]
+        type_, data = self._get(full)
         return type_, data, pygit2.Oid(hex=full)
 
     def exists_cb(self, oid: pygit2.Oid) -> bool:
-        return str(oid) in self._objects
+        return self._journal.get(str(oid)) is not None
 
     def exists_prefix_cb(self, prefix: str) -> pygit2.Oid:
         return pygit2.Oid(hex=self._journal.expand(prefix))
@@ -103,7 +117,7 @@ class _MemoryBackend(pygit2.OdbBackend):
         pass
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter([pygit2.Oid(hex=h) for h in list(self._objects)])
+        return iter([pygit2.Oid(hex=h) for h in self._journal.object_ids()])
 
 
 class Journal:
@@ -111,54 +125,91 @@ class Journal:
 
     A writable journal (the coordinator's) appends and checkpoints; a read-only
     one (another process looking at the trace) only replays what is there.
+
+    What it holds is bounded whatever the load: a checkpoint seals the current
+    generation (what arrived since the last one) and writes it while new effects
+    go to the next; when the next one fills up (CHECKPOINT_BYTES or
+    CHECKPOINT_OBJECTS) before the sealed one is written, writers that call
+    `room()` wait for it. So at most two generations are held: memory, the log
+    on disk and the replay after a kill all follow the bound, not the load.
     """
 
     def __init__(self, git_dir: Path, *, writable: bool) -> None:
         self.git_dir = git_dir
         self.dir = git_dir / "corral-journal"
         self.writable = writable
-        self.objects: dict[str, tuple[int, bytes]] = {}
-        """Object id (hex) -> (type, data), for objects not yet in a pack."""
+        self.objects: dict[str, _Object] = {}
+        """Object id (hex) -> (type, data): the current generation's new objects."""
+        self.sealed: dict[str, _Object] = {}
+        """The objects of the generation a checkpoint is writing (served until packed)."""
         self.refs: dict[str, str | None] = {}
-        """Ref name -> commit id, or None for deleted: moves not yet on disk."""
+        """Ref name -> commit id, or None for deleted: the current generation's moves."""
+        self.sealed_refs: dict[str, str | None] = {}
+        """The ref moves a checkpoint is writing to disk."""
         self._unlogged: list[bytes] = []
-        self._pending_bytes = 0  # since the last checkpoint started
+        self._pending_bytes = 0  # object bytes of the current generation
+        self._sealed_bytes = 0
         self.held_bytes = 0
         """Bytes of object data held in memory (not yet in a pack)."""
+        self.peak_bytes = 0
+        """The most `held_bytes` has been since this journal opened."""
         self.on_checkpoint: Callable[[float, int], None] | None = None
         """Called after each checkpoint with its seconds and object count."""
+        self.on_wait: Callable[[float], None] | None = None
+        """Called with the seconds a writer waited in `room()` (backpressure)."""
+        self.on_packs_replaced: Callable[[], None] | None = None
+        """Called after a roll-up deleted packs (open handles should be renewed)."""
+        self.collect_after_checkpoint = False
+        """Run the cycle collector once after the next checkpoint (set when
+        handles to deleted packs may still have been in use)."""
         self._lock = threading.Lock()  # guards the dicts' updates and the log
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
         self._fd: int | None = None
         self._generation = 0
         self._wake = threading.Condition(self._lock)
+        self._waiters: list[Callable[[], None]] = []
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._rollup: threading.Thread | None = None
         replayed = self._replay()
         if writable:
             self.dir.mkdir(exist_ok=True)
             if replayed:
                 self._generation = replayed[-1] + 1
             self._open_generation()
+            self._salvage_invalid_refs()
             if replayed:
                 # What a killed coordinator left: into the repository now.
                 self.checkpoint()
+
+    def _salvage_invalid_refs(self) -> None:
+        """Move replayed refs git refuses (a scope named `a..b` or `x.`, which
+        versions before names were checked accepted) to a valid archive name:
+        the checkpoint can then write them, and their history stays reachable."""
+        for name, target in list(self.refs.items()):
+            if pygit2.reference_is_valid_name(name):
+                continue
+            del self.refs[name]
+            if target is not None:
+                self.move_ref(f"refs/corral/archive/invalid-name-{target[:12]}", target)
 
     # -- recording ------------------------------------------------------------
 
     def add_object(self, oid: str, type_: int, data: bytes) -> None:
         """Keep an object; it is logged with the next ref move (or checkpoint)."""
-        if oid in self.objects:
+        if self.get(oid) is not None:
             return
         record = _record(b"O", struct.pack("<B", type_) + bytes.fromhex(oid) + data)
         with self._lock:
-            if oid in self.objects:
+            if self.get(oid) is not None:
                 return
             self.objects[oid] = (type_, data)
             self._unlogged.append(record)
             self._pending_bytes += len(data)
             self.held_bytes += len(data)
-            if self._pending_bytes >= CHECKPOINT_BYTES:
+            if self.held_bytes > self.peak_bytes:
+                self.peak_bytes = self.held_bytes
+            if self._over():
                 self._wake.notify()
 
     def write_blob(self, data: bytes) -> str:
@@ -170,11 +221,18 @@ class Journal:
     def move_ref(self, name: str, oid: str | None) -> None:
         """Point `name` at `oid` (None deletes it). Durable when this returns,
         together with every object kept before it."""
-        record = _record(b"R", (bytes.fromhex(oid) if oid else _ZERO) + name.encode())
+        self.move_refs({name: oid})
+
+    def move_refs(self, moves: dict[str, str | None]) -> None:
+        """Several ref moves, durable together (one append) when this returns."""
+        records = [
+            _record(b"R", (bytes.fromhex(oid) if oid else _ZERO) + name.encode())
+            for name, oid in moves.items()
+        ]
         with self._lock:
-            self._append([*self._unlogged, record])
+            self._append([*self._unlogged, *records])
             self._unlogged.clear()
-            self.refs[name] = oid
+            self.refs.update(moves)
 
     def _append(self, records: list[bytes]) -> None:
         if not self.writable or self._fd is None:
@@ -184,22 +242,83 @@ class Journal:
             n = os.write(self._fd, buf)
             buf = buf[n:]
 
+    # -- backpressure ---------------------------------------------------------
+
+    def _over(self) -> bool:
+        """The current generation is due for a checkpoint."""
+        return self._pending_bytes >= CHECKPOINT_BYTES or len(self.objects) >= CHECKPOINT_OBJECTS
+
+    def full(self) -> bool:
+        """The current generation is due and not sealed yet: writers wait for the
+        checkpointer to seal it, at once when no checkpoint is running, or
+        when the running one is through."""
+        return self._over()
+
+    async def room(self) -> float:
+        """Wait (without blocking the event loop) while the journal is full, so
+        writers that outrun checkpoints are slowed instead of the journal
+        growing. Returns the seconds waited (0.0 almost always)."""
+        if not self.writable or not self.full():
+            return 0.0
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        while True:
+            ready: asyncio.Future[None] = loop.create_future()
+
+            def wake(ready: asyncio.Future[None] = ready) -> None:
+                loop.call_soon_threadsafe(_resolve, ready)
+
+            with self._lock:
+                if not self.full() or self._closing:
+                    break
+                self._waiters.append(wake)
+                self._wake.notify()
+            await ready
+        waited = time.perf_counter() - start
+        if self.on_wait is not None:
+            self.on_wait(waited)
+        return waited
+
     # -- lookups --------------------------------------------------------------
+
+    def get(self, oid: str) -> _Object | None:
+        """A kept object, current or sealed (None when it is not held here)."""
+        found = self.objects.get(oid)
+        if found is None:
+            # Read after `objects`: a checkpoint moves the current generation to
+            # `sealed` before it empties `sealed` (once packed), never the reverse.
+            found = self.sealed.get(oid)
+        return found
+
+    def object_ids(self) -> list[str]:
+        return [*list(self.objects), *list(self.sealed)]
+
+    def ref(self, name: str) -> tuple[bool, str | None]:
+        """(True, target) when a move of `name` is held here (target None:
+        deleted); (False, None) when the refs on disk have the last word."""
+        for moves in (self.refs, self.sealed_refs):
+            if name in moves:
+                return True, moves[name]
+        return False, None
+
+    def ref_moves(self) -> dict[str, str | None]:
+        """Every ref move held here, newest last."""
+        return {**self.sealed_refs, **self.refs}
 
     def expand(self, prefix: str) -> str:
         """The one kept object id starting with `prefix`; KeyError when none,
         ValueError when several (libgit2's not-found and ambiguous)."""
         prefix = prefix.lower()
         if len(prefix) == 40:
-            if prefix in self.objects:
+            if self.get(prefix) is not None:
                 return prefix
             raise KeyError(prefix)
-        found = [o for o in list(self.objects) if o.startswith(prefix)]
+        found = {o for o in self.object_ids() if o.startswith(prefix)}
         if not found:
             raise KeyError(prefix)
         if len(found) > 1:
             raise ValueError(f"ambiguous object id prefix {prefix}")
-        return found[0]
+        return found.pop()
 
     def backend(self) -> _MemoryBackend:
         return _MemoryBackend(self)
@@ -207,8 +326,8 @@ class Journal:
     # -- checkpoints ----------------------------------------------------------
 
     def start(self) -> None:
-        """Checkpoint in the background every CHECKPOINT_S (sooner past
-        CHECKPOINT_BYTES) while there is something to checkpoint."""
+        """Checkpoint in the background every CHECKPOINT_S (sooner when the
+        current generation is due) while there is something to checkpoint."""
         if self.writable and self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="corral-checkpoint", daemon=True
@@ -218,23 +337,21 @@ class Journal:
     def _run(self) -> None:
         while True:
             with self._lock:
-                self._wake.wait_for(
-                    lambda: self._closing or self._pending_bytes >= CHECKPOINT_BYTES,
-                    timeout=CHECKPOINT_S,
-                )
+                self._wake.wait_for(lambda: self._closing or self._over(), timeout=CHECKPOINT_S)
                 if self._closing:
                     return
             try:
-                self.checkpoint()
+                self.checkpoint(wait=False)
             except Exception:  # the journal still holds it all: retry, and again at close
                 log.exception("trace checkpoint failed; retrying in %.0f s", CHECKPOINT_S)
                 time.sleep(CHECKPOINT_S)
 
-    def checkpoint(self) -> bool:
+    def checkpoint(self, *, wait: bool = True) -> bool:
         """Move everything kept so far into the repository: one pack, then the
         refs, then drop the journal generations that held them. Effects keep
-        flowing meanwhile (into the next generation). Returns False when there
-        was nothing to do."""
+        flowing meanwhile (into the next generation). Past MAX_PACKS packs a
+        roll-up starts beside it; `wait` waits for that too. Returns False when
+        there was nothing to do."""
         if not self.writable:
             return False
         with self._checkpoint_lock:
@@ -243,60 +360,91 @@ class Journal:
                 if self._unlogged:
                     self._append(self._unlogged)
                     self._unlogged.clear()
-                if not self.objects and not self.refs:
-                    return False
-                objects = dict(self.objects)
-                refs = dict(self.refs)
-                done = self._generation
-                self._pending_bytes = 0
-                self._generation += 1
-                self._open_generation()
-            if objects:
-                self._write_pack(objects)
-            repo = pygit2.Repository(str(self.git_dir))  # no journal: refs go to disk
-            for name, oid in refs.items():
-                if oid is None:
-                    ref = repo.references.get(name)
-                    if ref is not None:
-                        ref.delete()
+                if not (self.objects or self.refs or self.sealed or self.sealed_refs):
+                    done = None
                 else:
-                    repo.references.create(name, pygit2.Oid(hex=oid), force=True)
-            with self._lock:
-                for oid in objects:
-                    # in a pack now: libgit2 rescans the pack directory on a miss
-                    if self.objects.pop(oid, None) is not None:
-                        self.held_bytes -= len(objects[oid][1])
-                for name, target in refs.items():
-                    if self.refs.get(name, "") == target:
-                        del self.refs[name]
-            for gen in self._generations():
-                if gen <= done:
-                    (self.dir / f"{gen}.log").unlink(missing_ok=True)
+                    done = self._seal()
+                waiters, self._waiters = self._waiters, []
+            for wake in waiters:  # the current generation is empty again
+                wake()
+            if done is not None:
+                self._write_sealed(done)
+                if self.on_checkpoint is not None:
+                    self.on_checkpoint(time.perf_counter() - start, done[1])
+            if self.collect_after_checkpoint:
+                self.collect_after_checkpoint = False
+                gc.collect()
             self._roll_up_packs()
-            if self.on_checkpoint is not None:
-                self.on_checkpoint(time.perf_counter() - start, len(objects))
-            return True
+        if wait and self._rollup is not None:
+            self._rollup.join()
+        return done is not None
 
-    def _write_pack(self, objects: dict[str, tuple[int, bytes]]) -> None:
-        # A pack of whole (undeltified) objects; git's index-pack checks every
-        # object id, writes the index and names the pack.
-        parts = [b"PACK", struct.pack(">II", 2, len(objects))]
-        for type_, data in objects.values():
-            parts.append(_pack_header(type_, len(data)))
-            parts.append(zlib.compress(data, 1))
-        body = b"".join(parts)
-        body += hashlib.sha1(body).digest()
-        proc = subprocess.run(
-            ["git", "--git-dir", str(self.git_dir), "index-pack", "--stdin"],
-            input=body, capture_output=True,
-        )
-        if proc.returncode != 0:
-            raise StateError(f"checkpoint: git index-pack failed: {proc.stderr.decode().strip()}")
+    def _seal(self) -> tuple[int, int]:
+        """Make the current generation the sealed one and open the next (lock
+        held). A sealed generation a failed checkpoint left is written with it.
+        Returns the sealed generation's number and object count."""
+        # Build the new sealed dicts before emptying the current ones: a reader
+        # (who looks at current, then sealed) never misses an object or a ref.
+        self.sealed = {**self.sealed, **self.objects} if self.sealed else self.objects
+        self.objects = {}
+        self.sealed_refs = {**self.sealed_refs, **self.refs} if self.sealed_refs else self.refs
+        self.refs = {}
+        self._sealed_bytes += self._pending_bytes
+        self._pending_bytes = 0
+        done = self._generation
+        self._generation += 1
+        self._open_generation()
+        return done, len(self.sealed)
+
+    def _write_sealed(self, done: tuple[int, int]) -> None:
+        # On failure the sealed generation stays (served, and in its log): the
+        # next checkpoint writes it with the next one; writers wait meanwhile.
+        if self.sealed:
+            self._write_pack(self.sealed)
+        self._write_refs(self.sealed_refs)
+        with self._lock:
+            # Packed now (libgit2 rescans the pack directory on a miss) and the
+            # refs are on disk: drop the whole generation at once.
+            self.sealed, self.sealed_refs = {}, {}
+            self.held_bytes -= self._sealed_bytes
+            self._sealed_bytes = 0
+        for gen in self._generations():
+            if gen <= done[0]:
+                (self.dir / f"{gen}.log").unlink(missing_ok=True)
+        _release_free_memory()
+
+    def _write_pack(self, objects: dict[str, _Object]) -> None:
+        write_pack(self.git_dir, objects)
+
+    def _write_refs(self, refs: dict[str, str | None]) -> None:
+        if not refs:
+            return
+        repo = pygit2.Repository(str(self.git_dir))  # no journal: refs go to disk
+        for name, oid in refs.items():
+            if oid is None:
+                ref = repo.references.get(name)
+                if ref is not None:
+                    ref.delete()
+            else:
+                repo.references.create(name, pygit2.Oid(hex=oid), force=True)
+
+    def _packs(self) -> Iterator[Path]:
+        return (self.git_dir / "objects" / "pack").glob("pack-*.pack")
 
     def _roll_up_packs(self) -> None:
-        packs = list((self.git_dir / "objects" / "pack").glob("pack-*.pack"))
-        if len(packs) <= MAX_PACKS:
+        if self._rollup is not None and self._rollup.is_alive():
             return
+        count = sum(1 for _ in self._packs())
+        if count <= MAX_PACKS:
+            return
+        # Beside the checkpoints, not in their way: a roll-up's cost is not
+        # bounded by one generation, and the next checkpoint must not wait on it.
+        self._rollup = threading.Thread(
+            target=self._repack, args=(count,), name="corral-repack", daemon=True
+        )
+        self._rollup.start()
+
+    def _repack(self, count: int) -> None:
         # Geometric repack merges the small packs only, keeping unreachable
         # objects (record payloads) as they are: nothing is pruned.
         proc = subprocess.run(
@@ -304,7 +452,9 @@ class Journal:
             capture_output=True, text=True,
         )
         if proc.returncode != 0:  # harmless (more packs to search), but say so
-            log.warning("rolling up %d packs failed: %s", len(packs), proc.stderr.strip())
+            log.warning("rolling up %d packs failed: %s", count, proc.stderr.strip())
+        if self.on_packs_replaced is not None:
+            self.on_packs_replaced()
 
     def close(self) -> None:
         """Stop the background checkpoints and checkpoint what is left (raising
@@ -312,6 +462,9 @@ class Journal:
         with self._lock:
             self._closing = True
             self._wake.notify()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            wake()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -355,11 +508,17 @@ class Journal:
                     oid = payload[1:21].hex()
                     if oid not in self.objects:
                         self.objects[oid] = (payload[0], payload[21:])
-                        self.held_bytes += len(payload) - 21
+                        self._pending_bytes += len(payload) - 21
                 else:
                     target = payload[:20]
                     self.refs[payload[20:].decode()] = None if target == _ZERO else target.hex()
+        self.held_bytes = self.peak_bytes = self._pending_bytes
         return gens
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _record(kind: bytes, payload: bytes) -> bytes:
@@ -379,14 +538,12 @@ def _records(data: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _pack_header(type_: int, size: int) -> bytes:
-    """A pack entry's type-and-size header (git's variable-length encoding)."""
-    out = bytearray()
-    byte = (type_ << 4) | (size & 0x0F)
-    size >>= 4
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_TRIM: Callable[[int], int] | None = getattr(_LIBC, "malloc_trim", None)
+
+
+def _release_free_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps them
+    otherwise): a checkpoint just freed a whole generation's objects."""
+    if _TRIM is not None:
+        _TRIM(0)

@@ -36,6 +36,7 @@ from sandboxes._files import leaves, read_entry
 
 from ._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
 from ._events import Event
+from ._ignore import store_ignored
 from ._policy import View
 
 if TYPE_CHECKING:
@@ -114,6 +115,15 @@ class LiveWrites:
         """Ask the policy chain; None allows, a reason denies."""
         if self.closing:
             return "the coordinator is closing"
+        if self._from_the_loop():
+            # The loop itself is blocked in this call (a policy or a task writing
+            # through scope.path): asking it would wait on itself until the
+            # timeout. Refuse at once; nothing can be recorded from here either.
+            log.error("%s %s through scope.path from the coordinator's own event loop "
+                      "refused (it would wait on itself): write through the scope's "
+                      "methods or workspace.backing", intent.op, intent.path)
+            return ("a call through scope.path from the coordinator's own event loop "
+                    "cannot be asked (it would wait on itself): use the scope's methods")
         limit = self._coord.live_timeout
         ticket = _Ticket()
         fsop = FsOp(op=intent.op, path=intent.path, target=intent.target)
@@ -135,6 +145,12 @@ class LiveWrites:
         except Exception as e:
             log.exception("asking about %s %s failed", intent.op, intent.path)
             return f"the supervisor could not be asked: {e!r}"
+
+    def _from_the_loop(self) -> bool:
+        from sandboxes.fuse import caller_thread
+
+        loop_thread = self._coord._loop_thread
+        return loop_thread is not None and caller_thread() == loop_thread
 
     def done(self, intent: MutationIntent, /) -> None:
         """Record an allowed call other than a write open, now that it is complete."""
@@ -252,8 +268,9 @@ class LiveWrites:
                 intent: Intent | None = fsop
                 outcome: FsOutcome | None = None
             else:
-                tracked, ignored = await coord.io(self._changes, paths)
-                outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored))
+                tracked, ignored, kept = await coord.io(self._changes, paths)
+                outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored),
+                                    ignored_files=store_ignored(coord.trace, kept))
                 changes = {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
                 intent = fsop
                 if fsop is None:
@@ -283,9 +300,12 @@ class LiveWrites:
             return None, 0o100644
         return self._coord.trace.write_blob(entry[1]), entry[0]
 
-    def _changes(self, paths: list[str]) -> tuple[list[FileChange], list[str]]:
+    def _changes(
+        self, paths: list[str]
+    ) -> tuple[list[FileChange], list[str], list[FileChange]]:
         """The files under `paths` that differ between the scope's head tree and the
-        backing tree, split into tracked changes and ignored paths."""
+        backing tree, split into tracked changes and ignored paths, and the
+        ignored files' changes (those outside `.git`: kept beside the tree)."""
         scope, trace = self._scope, self._coord.trace
         root = scope.workspace.backing
         head = trace.tree_of(scope.head)
@@ -309,7 +329,7 @@ class LiveWrites:
         changes = [found[k] for k in sorted(found)]
         git_meta = [c for c in changes if c.path.split("/", 1)[0] == ".git"]
         tracked, ignored = scope._split_ignored([c for c in changes if c not in git_meta])
-        return tracked, [c.path for c in (*ignored, *git_meta)]
+        return tracked, [c.path for c in (*ignored, *git_meta)], ignored
 
 
 def _tree_leaves(tree: pygit2.Tree, top: str) -> list[tuple[str, tuple[str, int]]]:

@@ -2,21 +2,32 @@
 
 pygit2's `merge_trees` indexes the whole tree (~20 ms at 30k files); here the
 merge works from the two diffs against the merge base instead: a path changed
-on one side only is taken as it is, a path changed on both goes through
-libgit2's three-way file merge. Conflicts come back as data.
+on one side only is taken as it is, a path changed on both goes through a
+three-way file merge. Conflicts come back as data.
+
+Which file merge: with strategy "fail", libgit2's (in process, diff3 markers
+parsed into hunks); its clean/conflict verdicts agree with git's. With a
+favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
+cannot give git's: it diffs with Myers where git's default merge (ort) uses
+histogram, which places some hunks differently. So those files go, all in one
+run, through `git merge-tree --write-tree` itself (`_histogram_merge`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pygit2
 from pygit2 import C, ffi
+from pygit2.enums import ObjectType
 from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
+from ._errors import MergeError
+from ._scratch import GitDir, tree_bytes
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
@@ -106,12 +117,17 @@ def merge_file(
     theirs: tuple[str, int],
     strategy: MergeStrategy = "fail",
 ) -> _FileMerge:
-    """libgit2's three-way file merge with a favor and diff3-style markers
-    (pygit2's binding exposes neither, so this calls it through pygit2's cffi)."""
+    """libgit2's three-way file merge (Myers diff) with a favor: diff3-style
+    markers for "fail" (the hunks carry the ancestor's lines), merge style for
+    a favor, as git's own drivers (diff3 style stops xdiff from trimming the
+    lines both sides share at a conflict's edges before it takes a side).
+    pygit2's binding exposes neither option, so this calls it through cffi."""
     opts = ffi.new("git_merge_file_options *")
     opts.version = 1  # zero-filled by cffi: default labels and marker size
     opts.favor = _FAVOR[strategy]
-    opts.flags = C.GIT_MERGE_FILE_STYLE_DIFF3
+    opts.flags = (
+        C.GIT_MERGE_FILE_STYLE_DIFF3 if strategy == "fail" else C.GIT_MERGE_FILE_STYLE_MERGE
+    )
     keep = []
 
     def entry(side: tuple[str, int] | None) -> object:
@@ -199,6 +215,7 @@ def three_way(
     base_t, ours_t = trace.tree(base_tree), trace.tree(ours_tree)
     changes: dict[str, tuple[str, int] | None] = {}
     conflicts: list[Conflict] = []
+    favored: list[_Sides] = []
 
     def side(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
         try:
@@ -226,13 +243,12 @@ def three_way(
                 t: tuple[str, int], paths: tuple[str, str, str]) -> Conflict | None:
         """Three-way merge of file contents into `changes[out]`, or the conflict.
         `paths` are where base, ours and theirs hold it (they differ across a rename)."""
+        if strategy != "fail":
+            favored.append((out, anc, o, t))  # all merged at the end, in one git run
+            return None
         merged = merge_file(repo, out, anc, o, t, strategy)
-        if merged.automergeable or strategy != "fail":
-            if strategy != "fail" and not merged.automergeable and not merged.contents:
-                # binary files: favor picks a side wholesale
-                changes[out] = o if strategy in ("ours", "union") else t
-            else:
-                changes[out] = (trace.write_blob(merged.contents), merged.mode or o[1])
+        if merged.automergeable:
+            changes[out] = (trace.write_blob(merged.contents), merged.mode or o[1])
             mine = d_ours[out] if out in d_ours else side(ours_t, out)
             if changes[out] == mine:
                 del changes[out]  # already so in our tree
@@ -335,6 +351,11 @@ def three_way(
         if (c := content(path, side(base_t, path), o, t, (path, path, path))) is not None:
             conflicts.append(c)
 
+    for (out, *_), merged in zip(favored, favored_merge(trace, favored, strategy), strict=True):
+        mine = d_ours[out] if out in d_ours else side(ours_t, out)
+        if merged != mine:  # else already so in our tree
+            changes[out] = merged
+
     if conflicts and resolver is not None:
         unresolved = []
         for c in conflicts:
@@ -351,6 +372,130 @@ def three_way(
         return MergeResult(base=base_commit, tree=None, conflicts=tuple(conflicts), changes=changes)
     tree = trace.build_tree(ours_tree, changes) if changes else ours_tree
     return MergeResult(base=base_commit, tree=tree, changes=changes)
+
+
+_Side = tuple[str, int]
+_Sides = tuple[str, _Side | None, _Side, _Side]
+"""(path, ancestor, ours, theirs): a file both sides changed; (blob id, mode) each."""
+
+_BINARY_PROBE = 8000
+"""git treats a file as binary when its first 8000 bytes hold a NUL."""
+
+
+def favored_merge(
+    trace: Trace, files: Sequence[_Sides], strategy: MergeStrategy
+) -> list[_Side]:
+    """The merged (blob id, mode) of each file both sides changed, as
+    `git merge -X ours|theirs` or a `merge=union` attribute gives it.
+
+    Trivial cases and what git does not merge line by line (binary files,
+    symlinks) are settled here; the text files go through `_histogram_merge`.
+    Modes merge as in git's ort: theirs unless only ours changed it.
+    """
+    pick_ours = strategy in ("ours", "union")
+    out: list[_Side | None] = []
+    todo: list[tuple[int, tuple[bytes | None, bytes, bytes], int]] = []
+    for i, (_, anc, o, t) in enumerate(files):
+        mode = t[1] if o[1] == t[1] or o[1] == (anc[1] if anc else 0) else o[1]
+        if o[0] == t[0] or (anc is not None and t[0] == anc[0]):
+            out.append((o[0], mode))
+            continue
+        if anc is not None and o[0] == anc[0]:
+            out.append((t[0], mode))
+            continue
+        if o[1] == 0o120000 or t[1] == 0o120000 or o[1] >> 12 != t[1] >> 12:
+            out.append(o if pick_ours else t)
+            continue
+        texts = (trace.blob(anc[0]) if anc else None, trace.blob(o[0]), trace.blob(t[0]))
+        if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
+            out.append((o[0] if pick_ours else t[0], mode))
+            continue
+        out.append(None)
+        todo.append((i, texts, mode))
+    if todo:
+        merged = _histogram_merge([texts for _, texts, _ in todo], strategy)
+        for (i, _, mode), data in zip(todo, merged, strict=True):
+            out[i] = (trace.write_blob(data), mode)
+    return [x for x in out if x is not None]
+
+
+def _histogram_merge(
+    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: MergeStrategy
+) -> list[bytes]:
+    """Merge each (ancestor, ours, theirs) text as git's default merge does.
+
+    One `git merge-tree --write-tree` over three commits made of just these
+    files (flat names, so no renames are found among them). "union" sets the
+    `merge=union` attribute; for "ours"/"theirs" (git 2.39's merge-tree has no
+    `-X`) the conflicts come back marked in merge style and each is replaced
+    by the favored side, as xdiff's favor does after the same refinement.
+    """
+    marker = 7 + max(
+        (len(m[1]) for x in (y for f in files for y in f if y)
+         for m in _MARKER_RUN.finditer(x)), default=0)
+    attributes = "* merge=union\n" if strategy == "union" else \
+        f"* merge=text conflict-marker-size={marker}\n"
+    names = [f"{i:06d}" for i in range(len(files))]
+    with GitDir(attributes) as git:
+        def tree(k: int) -> str:
+            entries = {}
+            for n, f in zip(names, files, strict=True):
+                data = f[k]
+                if data is not None:
+                    entries[n] = (git.blob(data), 0o100644)
+            return git.write(ObjectType.TREE, tree_bytes(entries))
+
+        base = git.commit(tree(0))
+        ours, theirs = git.commit(tree(1), [base]), git.commit(tree(2), [base])
+        done = git.run("merge-tree", "--write-tree", ours, theirs)
+        if done.returncode not in (0, 1):
+            raise MergeError(
+                f"git merge-tree failed: {done.stderr.decode(errors='replace').strip()}")
+        kind, raw = git.read(done.stdout.split(b"\n", 1)[0].decode())
+        assert kind == ObjectType.TREE
+        ids = {name.decode(): oid.hex() for _, name, oid in _TREE_ENTRY.findall(raw)}
+        merged = [git.read(ids[n])[1] for n in names]
+    if strategy == "union":
+        return merged
+    return [_take_side(m, f[1], f[2], marker, strategy == "ours")
+            for m, f in zip(merged, files, strict=True)]
+
+
+_MARKER_RUN = re.compile(rb"^(<+|=+|>+)", re.M)
+_TREE_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
+
+
+def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours: bool) -> bytes:
+    """Merge-style conflict text with each conflict replaced by one side's lines.
+
+    xdiff adds a line end to a side's last line inside the markers when the
+    file has none; a conflict that ends the file is given back without it.
+    """
+    start, mid, end = b"<" * marker, b"=" * marker, b">" * marker
+    out: list[bytes] = []
+    side: list[bytes] = []
+    state = 0  # 0 outside, 1 in ours, 2 in theirs
+    lines = merged.splitlines(keepends=True)
+    for n, line in enumerate(lines):
+        bare = line.rstrip(b"\r\n")
+        if state == 0 and line.startswith(start) and (len(bare) == marker or bare[marker:
+                                                                              marker + 1] == b" "):
+            state, side = 1, []
+        elif state == 1 and bare == mid:
+            state = 2
+        elif state == 2 and line.startswith(end) and (len(bare) == marker or bare[marker:
+                                                                              marker + 1] == b" "):
+            source = ours if take_ours else theirs
+            if n == len(lines) - 1 and side and not source.endswith(b"\n"):
+                tail = source.rsplit(b"\n", 1)[-1]
+                side[-1] = side[-1][: len(tail)]
+            out.extend(side)
+            state = 0
+        elif state == 0:
+            out.append(line)
+        elif (state == 1) == take_ours:
+            side.append(line)
+    return b"".join(out)
 
 
 def _renames(

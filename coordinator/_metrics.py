@@ -71,6 +71,16 @@ class Metrics:
             "Object bytes held in memory (and the journal) until the next checkpoint",
             registry=r,
         )
+        self.backpressure_seconds = Histogram(
+            "corral_trace_backpressure_seconds",
+            "Time an effect waited because the journal was full (writers outran checkpoints)",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.journal_objects = Gauge(
+            "corral_trace_journal_objects",
+            "Objects held in memory (and the journal) until the next checkpoint",
+            registry=r,
+        )
         self._layers: _LayerBytes | None = None
 
     def decision(self, kind: str, verdict: str) -> None:
@@ -88,7 +98,9 @@ class Metrics:
             self.checkpoint_objects.inc(objects)
 
         journal.on_checkpoint = checkpointed
+        journal.on_wait = self.backpressure_seconds.observe
         self.journal_bytes.set_function(lambda: journal.held_bytes)
+        self.journal_objects.set_function(lambda: len(journal.objects) + len(journal.sealed))
 
     def watch_events(self, bus: EventBus) -> None:
         """Count `corral_model_tokens_total` from every recorded `model.call` effect,
@@ -104,7 +116,7 @@ class Metrics:
                 u = out.usage
                 self.tokens(u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens)
 
-        bus.tap(counted)
+        bus.listen(counted)
 
     def conflicts(self, n: int) -> None:
         if n:

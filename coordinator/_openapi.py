@@ -55,6 +55,8 @@ _ERRORS = {
     "401": "Missing or invalid token",
     "403": "The token may not act here",
     "404": "Unknown scope, commit, file or held intent",
+    "405": "Method not allowed here (the Allow header names the allowed ones)",
+    "408": "The body did not arrive in time (shorter than its Content-Length?)",
     "409": "Conflicting state (scope exists, discarded, merge refused)",
     "413": "Body larger than the server's limit",
     "422": "Body does not match the schema (unknown field, wrong type)",

@@ -1,91 +1,183 @@
-"""Applying unified-diff hunks to one file's content (the `fs.patch` effect)."""
+"""Applying a patch (the `fs.patch` effect) exactly as `git apply` does.
+
+The patch is handed to `git apply --cached` itself, in a throwaway git
+directory (`_scratch.GitDir`) whose index holds only the files the patch can
+name, read from the workspace. So Corral accepts what `git apply` accepts
+(many files, new and deleted files, renames, copies, mode changes, binary
+patches, `@@` line counts, offsets but no fuzz) and refuses what it refuses,
+with git's own message, and the files come out as git makes them.
+`three_way=True` is `git apply --3way`: a file whose patch does not apply is
+merged from the blob the patch was made against, when the trace has it.
+
+A bare list of hunks for one file (what `patch(path, diff)` always took) is
+given the `--- a/path` / `+++ b/path` header it lacks and is applied with
+`--unidiff-zero` (so a hand-made hunk need not carry context at both ends);
+a diff that names another file is refused.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pygit2
+from pygit2.enums import FileMode
 
 from ._errors import PatchError
+from ._scratch import GitDir
 
-__all__ = ["apply_unified_diff"]
+__all__ = ["PatchedFile", "apply_patch", "candidate_paths", "for_one_file"]
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+Preimage = Callable[[str], tuple[bytes, int] | None]
+"""A file's current (content, git mode), or None when it is not a file."""
 
 
-def _hunks(diff: bytes) -> list[tuple[int, list[bytes], list[bytes]]]:
-    """(old start, old lines, new lines) for each hunk; lines keep their newline."""
-    hunks: list[tuple[int, list[bytes], list[bytes]]] = []
-    current: tuple[int, list[bytes], list[bytes]] | None = None
-    prev = b""
-    for line in diff.splitlines(keepends=True):
-        m = _HUNK.match(line)
-        if m:
-            current = (int(m.group(1)), [], [])
-            hunks.append(current)
-        elif current is None:
-            continue  # headers (---, +++, diff --git, index ...)
-        elif line.startswith(b"\\"):
-            # "\ No newline at end of file" applies to the previous line
-            last_old = current[1][-1] if current[1] else None
-            last_new = current[2][-1] if current[2] else None
-            if prev == b"-" and last_old is not None:
-                current[1][-1] = last_old.rstrip(b"\n")
-            elif prev == b"+" and last_new is not None:
-                current[2][-1] = last_new.rstrip(b"\n")
-            elif prev == b" ":
-                if last_old is not None:
-                    current[1][-1] = last_old.rstrip(b"\n")
-                if last_new is not None:
-                    current[2][-1] = last_new.rstrip(b"\n")
-            continue
+@dataclass(frozen=True, slots=True)
+class PatchedFile:
+    """One file a patch changes: its new content and mode, or deleted (None)."""
+
+    path: str
+    data: bytes | None
+    mode: int = 0o100644
+
+
+_HEADER = re.compile(rb"^(---|\+\+\+) (.*?)(?:\t.*)?\r?$", re.M)
+_GIT_LINE = re.compile(rb"^diff --git (.*?)\r?$", re.M)
+_EXTENDED = re.compile(rb"^(?:rename|copy) (?:from|to) (.*?)\r?$", re.M)
+_INDEX = re.compile(rb"^index ([0-9a-f]{4,64})\.\.[0-9a-f]+", re.M)
+_HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@", re.M)
+_ESCAPES = {b"n": b"\n", b"t": b"\t", b'"': b'"', b"\\": b"\\", b"a": b"\a", b"b": b"\b",
+            b"f": b"\f", b"r": b"\r", b"v": b"\v"}
+
+
+def _unquote(name: bytes) -> str:
+    """A path as git writes it in a patch: bare, or C-quoted with octal escapes."""
+    if len(name) >= 2 and name[:1] == b'"' and name[-1:] == b'"':
+        body, out, i = name[1:-1], bytearray(), 0
+        while i < len(body):
+            c = body[i:i + 1]
+            if c == b"\\" and i + 1 < len(body):
+                nxt = body[i + 1:i + 2]
+                if nxt.isdigit():
+                    out.append(int(body[i + 1:i + 4], 8))
+                    i += 4
+                    continue
+                out += _ESCAPES.get(nxt, nxt)
+                i += 2
+                continue
+            out += c
+            i += 1
+        name = bytes(out)
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _strip_one(name: str) -> str | None:
+    """The name with its first component (git's `-p1`) removed."""
+    return name.split("/", 1)[1] if "/" in name else None
+
+
+def candidate_paths(diff: bytes) -> set[str]:
+    """Every path the patch could name (a superset: `git apply` decides which
+    ones it does): the `---`/`+++` names, each way of splitting a
+    `diff --git` line in two, and the rename/copy lines."""
+    out: set[str] = set()
+    for _, name in _HEADER.findall(diff):
+        if name.strip() != b"/dev/null" and (p := _strip_one(_unquote(name.strip()))):
+            out.add(p)
+    for rest in _GIT_LINE.findall(diff):
+        if rest.startswith(b'"'):
+            parts = re.findall(rb'"(?:[^"\\]|\\.)*"|\S+', rest)
+            splits = [(parts[0], b" ".join(parts[1:]))] if len(parts) >= 2 else []
         else:
-            tag, body = line[:1], line[1:]
-            if tag == b"\n" or line == b"\n":
-                tag, body = b" ", b"\n"
-            if not body.endswith(b"\n"):
-                body += b"\n"
-            if tag == b" ":
-                current[1].append(body)
-                current[2].append(body)
-            elif tag == b"-":
-                current[1].append(body)
-            elif tag == b"+":
-                current[2].append(body)
-            else:
-                raise PatchError(f"malformed diff line: {line[:60]!r}")
-        prev = line[:1]
-    if not hunks:
+            splits = [(rest[:i], rest[i + 1:]) for i, c in enumerate(rest) if c == 0x20]
+        for left, right in splits:
+            for side in (left, right):
+                if p := _strip_one(_unquote(side)):
+                    out.add(p)
+    out.update(_unquote(name) for name in _EXTENDED.findall(diff))
+    return out
+
+
+def for_one_file(path: str, diff: bytes) -> bytes:
+    """A one-file diff made whole: bare hunks get the header for `path`; a
+    diff with headers must name `path` (with or without git's a/ b/ prefixes).
+    Raises PatchError when it names another file or has no hunk."""
+    if _GIT_LINE.search(diff):
+        named = {n for n in candidate_paths(diff) if n == path}
+        if not named:
+            raise PatchError(f"the diff is not of {path!r}")
+        return diff
+    if not _HUNK.search(diff):
         raise PatchError("the diff has no hunks (expected '@@ -a,b +c,d @@' lines)")
-    return hunks
+    names = {k: _unquote(v.strip()) for k, v in _HEADER.findall(diff[: _HUNK.search(diff).start()])}  # type: ignore[union-attr]
+    for key, prefix in ((b"---", "a/"), (b"+++", "b/")):
+        name = names.get(key)
+        if name is not None and name != "/dev/null" and name not in (path, prefix + path):
+            raise PatchError(f"the diff is of {name!r}, not {path!r}")
+    old = "/dev/null" if names.get(b"---") == "/dev/null" else f"a/{path}"
+    new = "/dev/null" if names.get(b"+++") == "/dev/null" else f"b/{path}"
+    body = diff[_HUNK.search(diff).start():]  # type: ignore[union-attr]
+    return f"--- {old}\n+++ {new}\n".encode() + body
 
 
-def apply_unified_diff(original: bytes, diff: bytes, path: str = "") -> bytes:
-    """`original` with every hunk of `diff` applied, in order.
+def apply_patch(
+    diff: bytes,
+    preimage: Preimage,
+    *,
+    three_way: bool = False,
+    unidiff_zero: bool = False,
+    blob: Callable[[str], bytes | None] = lambda _: None,
+) -> list[PatchedFile]:
+    """The files `diff` changes, as `git apply` would leave them.
 
-    A hunk is placed at its stated line, or at the nearest place where its
-    context matches exactly (as `patch` does with an offset). Raises PatchError
-    when a hunk's context is not found.
+    `preimage(path)` gives a file's current content and mode (None: no file
+    there). With `three_way`, `blob(abbreviated id)` gives the blobs the patch
+    says it was made against (None when unknown), for `git apply --3way`.
+    `unidiff_zero` is `git apply --unidiff-zero` (hunks without context,
+    as `diff -U0` makes them, are placed by their line numbers).
+    Raises PatchError with git's message when the patch is malformed or does
+    not apply (or, three-way, conflicts).
     """
-    lines = original.splitlines(keepends=True)
-    out: list[bytes] = []
-    pos = 0  # next unconsumed line of `lines`
-    for start, old, new in _hunks(diff):
-        want = max(start - 1, 0) if old else start
-        at = _find(lines, old, want, pos)
-        if at is None:
-            raise PatchError(f"hunk at line {start} does not apply to {path or 'the file'}")
-        out.extend(lines[pos:at])
-        out.extend(new)
-        pos = at + len(old)
-    out.extend(lines[pos:])
-    return b"".join(out)
+    if not diff.strip():
+        raise PatchError("the patch is empty")
+    with GitDir() as git:
+        index_file = git.path / "index"
+        index = pygit2.Index(str(index_file))
+        before: dict[str, tuple[str, int]] = {}
+        for path in sorted(candidate_paths(diff)):
+            found = preimage(path)
+            if found is None:
+                continue
+            oid = git.blob(found[0])
+            before[path] = (oid, found[1])
+            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), FileMode(found[1])))
+        if three_way:
+            for abbrev in set(_INDEX.findall(diff)):
+                data = blob(abbrev.decode())
+                if data is not None:
+                    git.blob(data)
+        index.write()
+        args = ["apply", "--cached", *(["--3way"] if three_way else []),
+                *(["--unidiff-zero"] if unidiff_zero else []), "-"]
+        done = git.run(*args, input=diff, env={"GIT_INDEX_FILE": str(index_file)})
+        if done.returncode != 0:
+            raise PatchError(_message(done.stderr))
+        after = pygit2.Index(str(index_file))
+        now = {e.path: (str(e.id), e.mode) for e in after}
+        out: list[PatchedFile] = []
+        for path in sorted(before.keys() | now.keys()):
+            if before.get(path) == now.get(path):
+                continue
+            if path not in now:
+                out.append(PatchedFile(path, None))
+            else:
+                out.append(PatchedFile(path, git.read(now[path][0])[1], now[path][1]))
+        return out
 
 
-def _find(lines: list[bytes], old: list[bytes], want: int, lo: int) -> int | None:
-    n = len(old)
-    if n == 0:
-        return min(max(want, lo), len(lines))
-    for delta in range(0, len(lines) + 1):
-        for at in (want - delta, want + delta) if delta else (want,):
-            if lo <= at <= len(lines) - n and lines[at : at + n] == old:
-                return at
-    return None
+def _message(stderr: bytes) -> str:
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    errors = [ln.removeprefix("error: ") for ln in lines if not ln.startswith("warning:")]
+    text = "; ".join(errors or lines) or "git apply refused the patch"
+    return f"the patch does not apply: {text}"

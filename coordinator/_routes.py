@@ -33,6 +33,7 @@ from ._api import (
     PatchRequest,
     ReadResponse,
     ResultOut,
+    ReviewRequest,
     RewindRequest,
     ScopeOut,
     ScopesOut,
@@ -43,10 +44,21 @@ from ._api import (
 )
 from ._auth import Forbidden, Principal, Tokens
 from ._effect_path import Result
-from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
+from ._effects import (
+    Exec,
+    ExecOutcome,
+    FsDelete,
+    FsWrite,
+    Intent,
+    Message,
+    NoOutcome,
+    Outcome,
+    SupervisorAction,
+)
 from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
+from ._patch import for_one_file
 from ._policy import ScopeInfo
 from ._scope import Scope
 from ._streams import events, reviewers
@@ -62,7 +74,15 @@ def _json(model: BaseModel) -> web.Response:
 
 
 async def _body(request: web.Request, model: type[M]) -> M:
-    raw = await request.read()
+    # A client that sends less than its Content-Length gets 408, instead of
+    # holding the connection (and its handler) forever.
+    try:
+        raw = await asyncio.wait_for(request.read(), request.app[HUB].config.body_timeout)
+    except TimeoutError as e:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within "
+                 f"{request.app[HUB].config.body_timeout:g} s (shorter than its Content-Length?)"
+        ) from e
     return model.model_validate_json(raw if raw.strip() else b"{}")
 
 
@@ -82,8 +102,10 @@ def _scope_out(info: ScopeInfo) -> ScopeOut:
 
 
 def _gate_item(held: Held) -> GateItem:
-    return GateItem(id=held.id, rule=str(held.rule), summary=held.effect.summary(status=False),
-                    effect=held.effect)
+    intent = held.effect.intent
+    changes = getattr(intent, "changes", None) if held.review == "changes" else None
+    return GateItem(id=held.id, rule=str(held.rule), review=held.review, summary=held.summary(),
+                    changes=list(changes) if changes is not None else None, effect=held.effect)
 
 
 def _result(r: Result) -> ResultOut:
@@ -112,8 +134,10 @@ async def health(request: web.Request) -> web.Response:
 
 async def openapi_json(request: web.Request) -> web.Response:
     from ._openapi import openapi
+    from ._server import API_ROUTES
 
-    return web.json_response(openapi(ROUTES))
+    routes = request.app[API_ROUTES]  # the core's ROUTES and the extensions'
+    return web.json_response(openapi(routes))
 
 
 _DASHBOARD = Path(__file__).with_name("_static") / "dashboard.html"
@@ -156,7 +180,7 @@ async def fork(request: web.Request) -> web.Response:
     req = await _body(request, ForkRequest)
     child = await scope.fork(req.name)
     return _json(ForkResponse(scope=_scope_out(child.info()),
-                              token=hub.t.issue(child.name, child.fork_point)))
+                              token=hub.t.issue(child)))
 
 
 async def read_file(request: web.Request) -> web.Response:
@@ -213,8 +237,39 @@ async def exec_(request: web.Request) -> web.Response:
         trace = hub.c.trace
         stdout, stderr = await hub.c.io(lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
-                    timed_out=out.timed_out)
+                    timed_out=out.timed_out, truncated=out.truncated)
     return _json(ExecResultOut.model_validate(base))
+
+
+async def review(request: web.Request) -> web.Response:
+    """Review only: the decision the policy chain gives an intent, recorded, not carried
+    out (see `EffectPath.review`)."""
+    hub, _, scope = _scope(request)
+    req = await _body(request, ReviewRequest)
+    trace = hub.c.trace
+    intent: Intent
+    cause: str | None
+    if req.write is not None:
+        w = req.write
+        path, data = scope._writable(w.path), w.content
+        intent = FsWrite(path=path, blob=await hub.c.io(trace.write_blob, data), mode=w.mode)
+        cause = w.cause
+    elif req.patch is not None:
+        p = req.patch
+        path = scope._writable(p.path)
+        raw = for_one_file(path, p.diff.encode())
+        intent = await hub.c.io(scope._patch_intent, raw, True, False)
+        cause = p.cause
+    elif req.delete is not None:
+        intent, cause = FsDelete(path=scope._writable(req.delete.path)), req.delete.cause
+    else:
+        assert req.exec is not None
+        e = req.exec
+        intent = Exec(argv=tuple(e.argv), timeout=e.timeout, network=e.network)
+        cause = e.cause
+    with hub.timed("review"):
+        r = await scope.review(intent, cause=cause)
+    return _json(_result(r))
 
 
 async def rewind(request: web.Request) -> web.Response:
@@ -251,7 +306,11 @@ async def discard(request: web.Request) -> web.Response:
     if gone is not None and gone.discarded:  # idempotent: the discard that was
         if not who.admin:
             hub.t.require(who, name, hub.c)
-        return await _discarded(hub, gone)
+        return await _discarded(hub, gone.head)
+    if gone is None and who.admin:  # discarded and forgotten: its archived discard
+        last = await hub.c.io(hub.c.last_discard, name)
+        if last is not None:
+            return await _discarded(hub, last)
     scope = hub.scope(who, name)
     req = await _body(request, DiscardRequest)
     if scope.name == "root":
@@ -265,13 +324,13 @@ async def discard(request: web.Request) -> web.Response:
     with hub.timed("scope.discard"):
         r = await scope.discard(cause=cause)
     if r is None:  # discarded meanwhile by another request
-        return await _discarded(hub, scope)
+        return await _discarded(hub, scope.head)
     return _json(_result(r))
 
 
-async def _discarded(hub: Hub, scope: Scope) -> web.Response:
+async def _discarded(hub: Hub, commit: str) -> web.Response:
     """The answer to discarding a discarded scope: its discard, as first answered."""
-    entry = await hub.c.io(hub.c.trace.show, scope.head)
+    entry = await hub.c.io(hub.c.trace.show, commit)
     assert entry.effect is not None
     return _json(_result(Result(entry.effect, entry.commit)))
 
@@ -337,10 +396,15 @@ async def log(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
-    entry = await hub.c.io(hub.c.trace.show, request.match_info["commit"])
-    if not who.admin and (entry.effect is None
-                          or not hub.t.covers(who, entry.effect.scope, hub.c)):
-        raise Forbidden("this commit is not on a scope this token acts on")
+    coord = hub.c
+    entry = await coord.io(coord.trace.show, request.match_info["commit"])
+    if not who.admin:
+        owner = coord.scopes.get(entry.effect.scope) if entry.effect is not None else None
+        # ... and of the incarnation it covers: a commit of an earlier scope of
+        # the same name is not in the history that starts at this one's fork.
+        if (owner is None or not hub.t.covers(who, owner.name, coord)
+                or not await coord.io(coord.trace.is_ancestor, owner.fork_point, entry.commit)):
+            raise Forbidden("this commit is not on a scope this token acts on")
     return _json(_entry(entry))
 
 
@@ -407,6 +471,10 @@ ROUTES: tuple[Route, ...] = (
           response=ResultOut),
     Route("POST", _S + "/exec", exec_, "Run a command transactionally", body=ExecRequest,
           response=ExecResultOut),
+    Route("POST", _S + "/review", review,
+          "Review only: the policy chain's decision on a write, patch, delete or exec, "
+          "recorded (status allowed, rewritten or blocked) but not carried out",
+          body=ReviewRequest, response=ResultOut),
     Route("POST", _S + "/rewind", rewind, "Rewind to a commit or by steps",
           body=RewindRequest, response=ResultOut),
     Route("POST", _S + "/merge", merge, "Merge another scope into this one (or dry-run)",

@@ -9,10 +9,13 @@ serialized by its lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Mapping, Sequence
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from pygit2.enums import ObjectType
 
 from sandboxes import Change, Workspace, apply_changes
 
@@ -37,18 +40,18 @@ from ._effects import (
 from ._errors import (
     CorralError,
     NotFound,
+    PatchError,
     PathError,
     RewindError,
     SandboxFailure,
     ScopeDiscarded,
-    ScopeExists,
 )
 from ._events import Event
 from ._history import History
-from ._ignore import IgnoreRules
+from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
-from ._patch import apply_unified_diff
-from ._paths import check_path, resolve_in
+from ._patch import apply_patch, for_one_file
+from ._paths import check_path, check_scope_name, resolve_in
 from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 
@@ -57,10 +60,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Scope"]
 
+T = TypeVar("T")
+
 _INLINE_BYTES = 64 * 1024
 """Blobs and file reads up to this size are done on the event loop's thread."""
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class Scope(EffectPath, History):
@@ -90,6 +93,11 @@ class Scope(EffectPath, History):
         changed back stays in), kept by the effect path; None when unknown."""
         self._seq = seq
         self._lock = asyncio.Lock()
+        self._remounting: asyncio.Future[None] | None = None
+        """Set while a fork freezes this workspace (unmount, move the upper,
+        remount): reads wait for it, or they would find an empty directory."""
+        self._thread_reads = 0
+        self._reads_done: asyncio.Future[None] | None = None
         # The coordinator's own reads and writes go to `workspace.backing`; on a
         # backend that intercepts `path` (fuse), calls made there are asked here.
         self.live: LiveWrites | None = attach_live(self)
@@ -119,6 +127,7 @@ class Scope(EffectPath, History):
         Raises PathError for a bad path, FileNotFoundError when it does not exist.
         """
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True)
 
         def read() -> bytes:
@@ -131,8 +140,37 @@ class Scope(EffectPath, History):
         except FileNotFoundError:
             small = True  # read() raises the same error with its path
         # A small file is read here: the page cache answers in microseconds,
-        # cheaper than the round trip to a thread.
-        return read() if small else await self._coord.io(read)
+        # cheaper than the round trip to a thread. No fork's remount can run
+        # meanwhile: one only starts on this loop, after the check above.
+        return read() if small else await self._read_in_thread(read)
+
+    async def _not_remounting(self) -> None:
+        while self._remounting is not None:
+            await asyncio.shield(self._remounting)
+
+    async def _read_in_thread(self, fn: Callable[[], T]) -> T:
+        """Run a workspace read on a thread; a fork waits for it before it remounts."""
+        self._thread_reads += 1
+        try:
+            return await self._coord.io(fn)
+        finally:
+            self._thread_reads -= 1
+            if self._thread_reads == 0 and self._reads_done is not None:
+                self._reads_done.set_result(None)
+                self._reads_done = None
+
+    async def _fork_workspace(self, name: str) -> Workspace:
+        """`workspace.fork(name)`, with reads held off while it remounts."""
+        loop = asyncio.get_running_loop()
+        self._remounting = loop.create_future()
+        try:
+            while self._thread_reads:
+                self._reads_done = self._reads_done or loop.create_future()
+                await asyncio.shield(self._reads_done)
+            return await self._coord.io(self.workspace.fork, name)
+        finally:
+            self._remounting.set_result(None)
+            self._remounting = None
 
     async def _read_committed(self, path: str) -> bytes | None:
         trace = self._coord.trace
@@ -148,9 +186,10 @@ class Scope(EffectPath, History):
     async def listdir(self, path: str = "") -> list[str]:
         """Names in a workspace directory (sorted); '' is the root."""
         self._check_live()
+        await self._not_remounting()
         target = resolve_in(self.workspace.backing, path, follow_last=True) if path else None
         d = target or self.workspace.backing
-        return await self._coord.io(lambda: sorted(p.name for p in d.iterdir()))
+        return await self._read_in_thread(lambda: sorted(p.name for p in d.iterdir()))
 
     # -- file effects -------------------------------------------------------------
 
@@ -175,23 +214,82 @@ class Scope(EffectPath, History):
             cause=cause,
         )
 
-    async def patch(self, path: str, diff: str | bytes, *, cause: str | None = None) -> Result:
-        """Apply unified-diff hunks to `path`. Raises PatchError when they do not apply,
-        FileNotFoundError when the file does not exist."""
-        path = self._writable(path)
-        raw = diff.encode() if isinstance(diff, str) else bytes(diff)
-        trace = self._coord.trace
+    async def patch(
+        self,
+        path_or_diff: str | bytes,
+        diff: str | bytes | None = None,
+        *,
+        three_way: bool = False,
+        cause: str | None = None,
+    ) -> Result:
+        """Apply a patch as `git apply` does: `patch(diff)` takes a whole
+        `git diff` / `git format-patch` patch (many files, new, deleted and
+        renamed files, modes, binary); `patch(path, diff)` a diff of one file,
+        bare hunks included, which must name `path` if it names a file, applied
+        as `git apply --unidiff-zero` does (hand-made hunks need not have
+        context at both ends; line counts are honoured all the same).
+        `three_way=True` falls back like `git apply --3way`. The patch is one
+        intent listing every file it changes, and one commit.
+
+        Raises PatchError (with git's reason) when the patch is malformed or
+        does not apply, PathError when it would write a bad path.
+        """
+        self._check_live()
+        if diff is None:
+            path, text = None, path_or_diff
+        else:
+            path, text = self._writable(str(path_or_diff)), diff
+        raw = text.encode() if isinstance(text, str) else bytes(text)
+        if path is not None:
+            raw = for_one_file(path, raw)
+            if b"\n--- /dev/null" not in b"\n" + raw and self._preimage(path) is None:
+                raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
         async with self._lock:
             self._check_live()
-            current = await self.read(path)
-            new = apply_unified_diff(current, raw, path)
-            diff_blob, blob = await self._coord.io(
-                lambda: (trace.write_blob(raw), trace.write_blob(new))
-            )
-            mode = await self._coord.io(self._mode_of, path)
-            intent = FsPatch(path=path, diff=diff_blob, blob=blob, mode=mode)
-            act = InThread(self._files_act, inline=len(new) <= _INLINE_BYTES)
+            intent = await self._coord.io(self._patch_intent, raw, path is not None, three_way)
+            size = sum(1 for c in intent.changes if c.blob is not None)
+            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= _INLINE_BYTES)
             return await self._perform(intent, act, cause=cause)
+
+    def _patch_intent(self, raw: bytes, one_file: bool, three_way: bool) -> FsPatch:
+        """The intent of patch `raw`: every file it changes, as git apply leaves
+        them (blobs written). Raises PatchError when it does not apply."""
+        trace = self._coord.trace
+        files = apply_patch(raw, self._preimage, three_way=three_way,
+                            unidiff_zero=one_file, blob=self._known_blob)
+        if not files:
+            raise PatchError("the patch changes nothing")
+        changes = tuple(
+            FileChange(path=self._writable(f.path),
+                       blob=trace.write_blob(f.data) if f.data is not None else None,
+                       mode=f.mode)
+            for f in files
+        )
+        first = changes[0]
+        return FsPatch(path=first.path, diff=trace.write_blob(raw), blob=first.blob,
+                       mode=first.mode, changes=changes, three_way=three_way)
+
+    def _preimage(self, path: str) -> tuple[bytes, int] | None:
+        """A workspace file's content and git mode, for a patch to apply to;
+        None for what is no file (or no valid path) there."""
+        try:
+            target = resolve_in(self.workspace.backing, check_path(path), follow_last=False)
+            st = target.lstat()
+        except (PathError, OSError):
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return os.fsencode(os.readlink(target)), 0o120000
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return target.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644
+
+    def _known_blob(self, abbrev: str) -> bytes | None:
+        """A blob of the trace by abbreviated id (for `git apply --3way`)."""
+        try:
+            obj = self._coord.trace.repo[abbrev]
+        except (KeyError, ValueError):
+            return None
+        return obj.read_raw() if obj.type == ObjectType.BLOB else None
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""
@@ -215,6 +313,14 @@ class Scope(EffectPath, History):
 
     def _files_act(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         match intent:
+            case FsPatch() if intent.changes:
+                # a rewrite may have replaced `path`'s content; deletions go first
+                # (a file may give way to a directory of the same name)
+                changes = sorted(
+                    (FileChange(path=c.path, blob=intent.blob, mode=intent.mode)
+                     if c.path == intent.path else c for c in intent.changes),
+                    key=lambda c: c.blob is not None,
+                )
             case FsWrite() | FsPatch():
                 changes = [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
             case FsDelete():
@@ -236,7 +342,8 @@ class Scope(EffectPath, History):
         except OSError as e:
             raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
         tracked, ignored = self._split_ignored(changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored))
+        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
+                            ignored_files=store_ignored(trace, ignored))
         return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
 
     def _split_ignored(
@@ -269,27 +376,41 @@ class Scope(EffectPath, History):
         """
         if not argv or not all(isinstance(a, str) for a in argv):
             raise CorralError("argv must be a non-empty list of strings")
-        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network)
-        return await self.perform(intent, lambda i: self._act_exec(i, env), cause=cause)
+        limit = self._coord.exec_limits.timeout_max
+        if not 0 < timeout <= limit:
+            raise CorralError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
+                              f"timeout_max), not {timeout}")
+        if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
+            raise CorralError("env names must be non-empty, without '=' or NUL")
+        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
+                      env=dict(env) if env is not None else None)
+        return await self.perform(intent, self._act_exec, cause=cause)
 
-    async def _act_exec(
-        self, intent: Intent, env: Mapping[str, str] | None
-    ) -> tuple[Outcome, TreeChanges]:
+    async def _act_exec(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
         assert isinstance(intent, Exec)
         coord = self._coord
         trace = coord.trace
         try:
+            # the env of the intent as decided: a policy may have rewritten it
             run = await coord.io(
                 self.workspace.run,
                 list(intent.argv),
                 timeout=intent.timeout,
-                env=env,
+                env=intent.env,
                 network=intent.network,
+                limits=coord.exec_limits,
+                toolchain=coord.toolchain,
             )
         except Exception as e:
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
 
         def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
+            for c in run.changes:  # what git cannot record is not applied either
+                try:
+                    check_path(c.path)
+                except PathError as e:
+                    raise PathError(f"the command wrote a path that cannot be recorded, so "
+                                    f"none of its changes are applied: {e}", cause=e) from e
             files = [
                 FileChange(
                     path=c.path,
@@ -307,6 +428,8 @@ class Scope(EffectPath, History):
                 duration_s=round(run.duration_s, 6),
                 changes=tuple(tracked),
                 ignored=tuple(c.path for c in ignored),
+                truncated=run.truncated,
+                ignored_files=store_ignored(trace, ignored),
             )
             return outcome, tracked, files
 
@@ -323,6 +446,7 @@ class Scope(EffectPath, History):
                 intent=reviewed,
             )
             decision = await self._decide(pending, reviewed)
+            outcome = outcome.model_copy(update={"review": decision})
             if not decision.allowed:
                 raise _Blocked(decision, outcome, reviewed)
             await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
@@ -356,12 +480,16 @@ class Scope(EffectPath, History):
         RewindError when `at` is not in this scope's history.
         """
         coord = self._coord
-        if not _NAME.match(name) or name.endswith(".lock"):
-            raise PathError(f"invalid scope name {name!r}: use letters, digits, '.', '_', '-'")
+        check_scope_name(name)
+        # Claim the name before any await: two parents forking the same name at
+        # once hold different scope locks, and only one of them may win.
+        with coord._claim_name(name):
+            return await self._fork(name, at)
+
+    async def _fork(self, name: str, at: str | None) -> Scope:
+        coord = self._coord
         async with self._lock:
             self._check_live()
-            if name in coord.scopes and not coord.scopes[name].discarded:
-                raise ScopeExists(f"scope {name!r} already exists")
             head = self.head
             if at is not None:
                 at = str((await coord.io(coord.trace.commit, at)).id)
@@ -369,7 +497,7 @@ class Scope(EffectPath, History):
                     raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
             with coord.metrics.timed("fork"):
                 try:
-                    ws = await coord.io(self.workspace.fork, name)
+                    ws = await self._fork_workspace(name)
                 except Exception as e:
                     raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
                 start = at or head
@@ -423,6 +551,5 @@ class Scope(EffectPath, History):
             if not result.ok:
                 return result
             self.discarded = True
-            coord._settled(self.name, "discarded")
-            coord.metrics.scope_count(coord)
+            coord._forget(self)
             return result

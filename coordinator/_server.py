@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -26,8 +27,11 @@ from ._coordinator import Coordinator
 from ._errors import CorralError, SandboxFailure
 from ._gate import HumanGate
 from ._hub import HUB, Hub, ServerConfig
+from ._openapi import Route
+from ._scope import Scope
 
-__all__ = ["ServerConfig", "is_loopback", "make_app", "run_server"]
+__all__ = ["API_ROUTES", "EXTENSION_GROUP", "ServerConfig", "is_loopback", "make_app",
+           "request_scope", "run_server"]
 
 log = logging.getLogger("corral.server")
 
@@ -53,7 +57,18 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        return _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
+        response = _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
+        if "Allow" in e.headers:  # 405 must say which methods are allowed (RFC 9110)
+            response.headers["Allow"] = e.headers["Allow"]
+        if e.status == 408:
+            # The rest of the body may never come: answer, then end the connection
+            # (aiohttp would otherwise wait 10 s more for it to arrive).
+            response.force_close()
+            await response.prepare(request)
+            await response.write_eof()
+            if request.transport is not None:
+                request.transport.close()
+        return response
     except ValidationError as e:
         details = e.errors(include_url=False, include_context=False, include_input=False)
         if any(d["type"] == "json_invalid" for d in details):
@@ -92,8 +107,12 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
                                 policies=hub.policies(), clock=cfg.clock) as coord:
         hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
         hub.coord = coord
+        coord.events.listen(hub.on_event)
         if cfg.defer_timeout is not None:
             coord.defer_timeout = cfg.defer_timeout
+        if cfg.exec_limits is not None:
+            coord.exec_limits = cfg.exec_limits
+        coord.toolchain = tuple(Path(t).resolve() for t in cfg.toolchain)
         try:
             yield
         finally:
@@ -114,9 +133,41 @@ def make_app(config: ServerConfig) -> web.Application:
     app[HUB] = Hub(config, HumanGate(list(config.gate), timeout=config.gate_timeout))
     app.cleanup_ctx.append(_coordinator_ctx)
     app.on_shutdown.append(_close_sockets)
-    for r in ROUTES:
+    routes = (*ROUTES, *_extensions(app))
+    app[API_ROUTES] = routes
+    for r in routes:
         app.router.add_route(r.method, r.path, r.handler)
     return app
+
+
+API_ROUTES: web.AppKey[tuple[Route, ...]] = web.AppKey("api_routes")
+"""Every route the app serves (the core table plus extensions'): /openapi.json's source."""
+
+EXTENSION_GROUP = "corral.server"
+"""Entry points `(app: web.Application) -> Sequence[Route]`: the routes another package
+adds to the server (documented in /openapi.json like the core's), with any background
+task they need registered on `app.cleanup_ctx`. Agents' MCP endpoint comes this way, so
+the coordinator never imports agents."""
+
+
+def _extensions(app: web.Application) -> list[Route]:
+    from importlib.metadata import entry_points
+
+    routes: list[Route] = []
+    for ep in entry_points(group=EXTENSION_GROUP):
+        try:
+            routes.extend(ep.load()(app))
+        except ImportError as e:  # an optional extra that is not installed
+            log.warning("server extension %s not loaded: %s", ep.name, e)
+    return routes
+
+
+def request_scope(request: web.Request) -> tuple[Coordinator, Scope]:
+    """For an extension's handler: the coordinator and the scope named by the route's
+    `{name}`, after checking the request's bearer token may act on it (raises AuthError,
+    Forbidden, UnknownScope: the error middleware answers 401/403/404)."""
+    hub = request.app[HUB]
+    return hub.c, hub.scope(hub.who(request), request.match_info["name"])
 
 
 def is_loopback(host: str) -> bool:

@@ -55,6 +55,11 @@ async def events(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     hub.sockets.add(ws)
     sub = coord.events.subscribe(scopes=scopes, kinds=kinds, types=types)  # type: ignore[arg-type]
+    if not who.admin:
+        # Discarding the token's scope, or a watched one, ends the stream: the
+        # name may be forked again, elsewhere, by someone else.
+        assert who.scope is not None and scopes is not None
+        hub.watch_stream(sub, {who.scope, *scopes})
     reported = 0
     try:
         await ws.send_str(json.dumps({"type": "subscribed", "scopes": scopes, "kinds": kinds,
@@ -73,6 +78,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         pass
     finally:
         sub.close()
+        hub.unwatch_stream(sub)
     return ws
 
 

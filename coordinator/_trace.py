@@ -13,24 +13,38 @@ append, moved into the repository as a pack at each checkpoint.
 
 from __future__ import annotations
 
+import gc
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pygit2
 from pygit2.enums import ObjectType
 
-from ._effects import Effect
+from ._effects import Effect, ScopeFork, ScopeRewind
 from ._errors import NotFound, StateError
+from ._ignore import load_ignored
 from ._journal import Journal
 
-__all__ = ["ARCHIVE_PREFIX", "SCOPE_PREFIX", "Trace", "TreeChanges", "TraceEntry"]
+__all__ = [
+    "ARCHIVE_PREFIX", "FORK_PREFIX", "IGNORED_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace",
+    "TraceEntry", "TreeChanges",
+]
 
 SCOPE_PREFIX = "refs/corral/scopes/"
 ARCHIVE_PREFIX = "refs/corral/archive/"
+FORK_PREFIX = "refs/corral/forks/"
+"""A live scope's fork commit (its first), so reopening needs no walk of its branch."""
+IGNORED_PREFIX = "refs/corral/ignored/"
+"""A live scope's ignored files (matched by .gitignore, so in none of its
+commits' trees): a ref to a tree of them, moved in the same journal append as
+the effect that changed them, so reopening reads one tree, not the branch."""
 SNAPSHOT_REF = "refs/corral/snapshot"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 TREE_MODE = 0o040000
 
 # path -> (blob hex id, git mode), or None for a deletion
@@ -48,6 +62,56 @@ class TraceEntry:
     subject: str
 
 
+_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
+"""One entry of a raw git tree object: mode, name, raw object id."""
+
+
+def _changed_entries(
+    old: bytes, new: bytes
+) -> tuple[dict[str, tuple[bytes, int]], dict[str, tuple[bytes, int]]]:
+    """The entries of two raw tree objects that are not byte-equal in both, as
+    name -> (raw object id, mode). Equal entries are dropped before any is
+    decoded: a one-file change costs two C-level splits of the directory."""
+    a = set(_ENTRY_SPAN.findall(old))
+    b = set(_ENTRY_SPAN.findall(new))
+    return _decode(a - b), _decode(b - a)
+
+
+_ENTRY_SPAN = re.compile(rb"\d+ [^\0]*\0.{20}", re.S)
+
+
+def _decode(entries: Iterable[bytes]) -> dict[str, tuple[bytes, int]]:
+    out: dict[str, tuple[bytes, int]] = {}
+    for raw in entries:
+        m = _ENTRY.fullmatch(raw)
+        assert m is not None
+        out[m[2].decode("utf-8", "surrogateescape")] = (m[3], int(m[1], 8))
+    return out
+
+class LogPage(NamedTuple):
+    """One page of a branch's effects, newest first."""
+
+    entries: list[TraceEntry]
+    next: str | None
+    """Pass as `before` to get the next (older) page; None on the last page."""
+
+
+OBJECT_CACHE_BYTES = 32 << 20
+"""libgit2's cache of parsed objects, for all handles of the process (its
+default, 256 MiB, filled with a long history's commits and trees and was never
+given back: ~85 MB at 20k effects)."""
+OPEN_PACKS = 64
+"""Pack files libgit2 keeps open at once (least recently used closed first)."""
+MAPPED_PACK_BYTES = 256 << 20
+"""Pack data libgit2 keeps mapped at once (its default is 8 GiB)."""
+
+
+def _limit_libgit2_memory() -> None:
+    pygit2.settings.cache_max_size(OBJECT_CACHE_BYTES)
+    pygit2.settings.mwindow_file_limit = OPEN_PACKS
+    pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_BYTES
+
+
 class Trace:
     """Thread-safe access to the trace repository at `path` (a bare git dir)."""
 
@@ -63,7 +127,9 @@ class Trace:
         holding the state lock); others open it read-only and see the same
         history, the journal's not-yet-checkpointed part included."""
         self.path = path
-        self._local = threading.local()
+        _limit_libgit2_memory()
+        self._handles: dict[int, pygit2.Repository] = {}
+        """Each thread's repository handle, by thread id (see `repo`)."""
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
         self._author = author
         if not (path / "HEAD").exists():
@@ -75,13 +141,15 @@ class Trace:
             repo.config["gc.pruneExpire"] = "never"
             repo.config["core.logAllRefUpdates"] = True
         self.journal = Journal(path, writable=writable)
+        self.journal.on_packs_replaced = self._renew_handles
 
     # -- plumbing -------------------------------------------------------------
 
     @property
     def repo(self) -> pygit2.Repository:
         """This thread's repository handle."""
-        repo = getattr(self._local, "repo", None)
+        ident = threading.get_ident()
+        repo = self._handles.get(ident)
         if repo is None:
             repo = pygit2.Repository(str(self.path))
             # The journal's objects first, then the packs and loose objects on disk.
@@ -91,8 +159,21 @@ class Trace:
             odb.add_backend(pygit2.OdbBackendPack(objects), 2)
             odb.add_backend(pygit2.OdbBackendLoose(objects, -1, False), 1)
             repo.set_odb(odb)
-            self._local.repo = repo
+            self._handles[ident] = repo
         return repo
+
+    def _renew_handles(self) -> None:
+        """A roll-up deleted packs: forget every thread's handle. libgit2 keeps a
+        pack's file open while a handle that read it lives, and a thread-local
+        handle of a thread that never runs again (an idle executor's) would
+        live forever. A thread using its handle right now keeps it (Python's
+        reference) until done, then takes a new one. A pygit2 Repository sits in
+        a reference cycle (its `references` point back to it), so only the
+        cycle collector frees it: run it now, and once more after the next
+        checkpoint for the handles that were in use just now."""
+        self._handles = {}
+        self.journal.collect_after_checkpoint = True
+        gc.collect()
 
     def start(self) -> None:
         """Checkpoint the journal in the background from now on."""
@@ -169,9 +250,8 @@ class Trace:
 
     def commit(self, rev: str) -> pygit2.Commit:
         """Resolve a commit id (full or abbreviated) or ref; raises NotFound."""
-        refs = self.journal.refs
-        if rev in refs:  # a ref moved (or deleted) since the last checkpoint
-            target = refs[rev]
+        held, target = self.journal.ref(rev)
+        if held:  # a ref moved (or deleted) since the last checkpoint
             if target is None:
                 raise NotFound(f"unknown commit {rev!r}")
             rev = target
@@ -181,11 +261,22 @@ class Trace:
             raise NotFound(f"unknown commit {rev!r}", cause=e) from e
 
     def tree(self, oid: str) -> pygit2.Tree:
-        """The tree object with id `oid`."""
+        """The tree object with id `oid` (a commit id gives its tree)."""
         return self.repo[oid].peel(pygit2.Tree)
 
     def tree_of(self, commit: str) -> pygit2.Tree:
         return self.commit(commit).tree
+
+    def tree_id(self, rev: str) -> str:
+        """The tree that `rev` names: a tree id as it is, a commit id (full or
+        abbreviated) or ref as its commit's tree. Raises NotFound."""
+        try:
+            obj = self.repo[rev]
+        except (KeyError, ValueError):
+            obj = None
+        if obj is not None and obj.type == ObjectType.TREE:
+            return str(obj.id)
+        return str(self.commit(rev).tree_id)
 
     def entry(self, tree: pygit2.Tree, path: str) -> pygit2.Object | None:
         try:
@@ -193,10 +284,13 @@ class Trace:
         except KeyError:
             return None
 
-    def read(self, commit: str, path: str) -> bytes:
-        obj = self.entry(self.tree_of(commit), path)
+    def read(self, rev: str, path: str) -> bytes:
+        """The content of file `path` in `rev`: a commit (id or ref) or a tree id,
+        such as `MergeResult.tree` of a dry run. Raises NotFound when `rev` is
+        unknown or holds no file at `path`."""
+        obj = self.entry(self.tree(self.tree_id(rev)), path)
         if obj is None or obj.type != ObjectType.BLOB:
-            raise NotFound(f"no file {path!r} at {commit[:12]}")
+            raise NotFound(f"no file {path!r} at {rev[:12]}")
         return obj.read_raw()
 
     # -- trees ----------------------------------------------------------------
@@ -248,23 +342,58 @@ class Trace:
         return builder.write()
 
     def diff_trees(self, old: str, new: str) -> dict[str, tuple[str, int] | None]:
-        """Paths that differ from tree `old` to tree `new` (cost follows the change)."""
+        """Paths that differ from tree `old` to tree `new`: path -> (blob id, mode)
+        in `new`, or None where `new` has no file there. No rename detection.
+
+        Cost follows the change: subtrees with equal ids are skipped unread, so
+        a one-file change in a 16k-file tree reads only the directories on its
+        way (libgit2's tree diff walks every entry of both trees).
+        """
         out: dict[str, tuple[str, int] | None] = {}
-        if old == new:
-            return out
-        diff = self.tree(old).diff_to_tree(self.tree(new))
-        for delta in diff.deltas:
-            if delta.status_char() == "D":
-                out[delta.old_file.path] = None
-            else:
-                if delta.status_char() == "T" or delta.old_file.path != delta.new_file.path:
-                    out.setdefault(delta.old_file.path, None)
-                out[delta.new_file.path] = (str(delta.new_file.id), delta.new_file.mode)
+        if old != new:
+            self._diff_walk(self.tree(old).id.raw, self.tree(new).id.raw, "", out)
         return out
 
+    def _diff_walk(
+        self, old: bytes | None, new: bytes | None, prefix: str,
+        out: dict[str, tuple[str, int] | None],
+    ) -> None:
+        a, b = _changed_entries(
+            self._raw_tree(old) if old is not None else b"",
+            self._raw_tree(new) if new is not None else b"",
+        )
+        for name in sorted(a.keys() | b.keys()):
+            was, now = a.get(name), b.get(name)
+            if was == now:
+                continue
+            path = prefix + name
+            was_dir = was is not None and was[1] == TREE_MODE
+            now_dir = now is not None and now[1] == TREE_MODE
+            if was_dir or now_dir:
+                self._diff_walk(
+                    was[0] if was_dir and was else None,
+                    now[0] if now_dir and now else None,
+                    path + "/",
+                    out,
+                )
+            if now is not None and not now_dir:
+                out[path] = (now[0].hex(), now[1])
+            elif was is not None and not was_dir:
+                out[path] = None
+
+    def _raw_tree(self, oid: bytes) -> bytes:
+        kind, data = self.repo.odb.read(pygit2.Oid(raw=oid))
+        if kind != ObjectType.TREE:
+            raise NotFound(f"{oid.hex()} is not a tree")
+        return data
+
+    def tree_paths(self, tree: str) -> list[str]:
+        """Every file path of `tree` (a tree or commit id, or a ref), sorted."""
+        return sorted(p for p, _, _ in self.iter_files(self.tree_id(tree)))
+
     def iter_files(self, tree: str) -> Iterator[tuple[str, str, int]]:
-        """Every file of a tree as (path, blob id, mode)."""
-        stack: list[tuple[str, pygit2.Tree]] = [("", self.tree(tree))]
+        """Every file of a tree (a tree or commit id) as (path, blob id, mode)."""
+        stack: list[tuple[str, pygit2.Tree]] = [("", self.tree(self.tree_id(tree)))]
         while stack:
             prefix, t = stack.pop()
             for e in t:
@@ -288,14 +417,54 @@ class Trace:
         oid = repo.create_commit(
             None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
         )
-        self.journal.move_ref(ref or SCOPE_PREFIX + effect.scope, str(oid))
+        moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: str(oid)}
+        if effect.kind == "scope.fork" and ref is None:
+            moves = {FORK_PREFIX + effect.scope: str(oid), **moves}
+        if ref is None and effect.status == "materialized":
+            moves = {**self._ignored_moves(effect), **moves}
+        self.journal.move_refs(moves)
         return str(oid)
+
+    def _ignored_moves(self, effect: Effect) -> dict[str, str | None]:
+        """How `effect` moves its scope's ignored-files ref: a write or command
+        that touched ignored paths updates the tree; a fork starts from its
+        parent's; a rewind drops what the rewound effects wrote (as the live
+        rewind does). Costs what the effect changed."""
+        name = IGNORED_PREFIX + effect.scope
+        intent = effect.intent
+        if isinstance(intent, ScopeFork):
+            tree = self.ref(IGNORED_PREFIX + intent.parent)
+            parent_head = self.head(intent.parent)
+            if tree is not None and parent_head is not None and parent_head != intent.at:
+                tree = self._drop(tree, self.ignored_since(parent_head, intent.at))
+            return {name: tree} if tree is not None or self.ref(name) is not None else {}
+        tree = self.ref(name)
+        if isinstance(intent, ScopeRewind):
+            if tree is None:
+                return {}
+            return {name: self._drop(tree, self.ignored_since(intent.head, intent.to))}
+        changes = load_ignored(self, getattr(effect.outcome, "ignored_files", None))
+        if not changes:
+            return {}
+        new = self.build_tree(tree, {c.path: (c.blob, c.mode) if c.blob else None
+                                     for c in changes})
+        return {name: None if new == EMPTY_TREE else new}
+
+    def _drop(self, tree: str, paths: Iterable[str]) -> str | None:
+        new = self.build_tree(tree, dict.fromkeys(paths))
+        return None if new == EMPTY_TREE else new
+
+    def ignored_files(self, scope: str) -> list[tuple[str, str, int]]:
+        """The ignored files live scope `scope` holds beside its tree, as
+        (path, blob id, mode): what a reopen puts back in its workspace."""
+        tree = self.ref(IGNORED_PREFIX + scope)
+        return list(self.iter_files(tree)) if tree is not None else []
 
     def ref(self, name: str) -> str | None:
         """The commit `name` points at (None when it does not exist)."""
-        refs = self.journal.refs
-        if name in refs:
-            return refs[name]
+        held, target = self.journal.ref(name)
+        if held:
+            return target
         ref = self.repo.references.get(name)
         return str(ref.target) if ref is not None else None
 
@@ -306,15 +475,29 @@ class Trace:
         self.journal.move_ref(name, commit)
 
     def delete_ref(self, name: str) -> None:
+        """Delete a ref; a scope's ref takes its fork and ignored-files refs with it."""
+        moves: dict[str, str | None] = {}
         if self.ref(name) is not None:
-            self.journal.move_ref(name, None)
+            moves[name] = None
+        if name.startswith(SCOPE_PREFIX):
+            for prefix in (FORK_PREFIX, IGNORED_PREFIX):
+                side = prefix + name[len(SCOPE_PREFIX):]
+                if self.ref(side) is not None:
+                    moves[side] = None
+        if moves:
+            self.journal.move_refs(moves)
+
+    def fork_point(self, scope: str) -> str | None:
+        """The fork commit of live scope `scope` (None for root, and for scopes
+        forked before fork refs were kept)."""
+        return self.ref(FORK_PREFIX + scope)
 
     def scope_names(self) -> list[str]:
         return [r[len(SCOPE_PREFIX) :] for r in self.refs(SCOPE_PREFIX)]
 
     def refs(self, prefix: str) -> list[str]:
         names = {r for r in self.repo.references if r.startswith(prefix)}
-        for name, target in list(self.journal.refs.items()):
+        for name, target in self.journal.ref_moves().items():
             if not name.startswith(prefix):
                 continue
             if target is None:
@@ -324,7 +507,8 @@ class Trace:
         return sorted(names)
 
     def entry_of(self, commit: pygit2.Commit) -> TraceEntry:
-        subject, _, body = commit.message.partition("\n\n")
+        message = commit.message
+        subject, _, body = message.partition("\n\n")
         effect = None
         body = body.strip()
         if body.startswith("{"):
@@ -332,6 +516,16 @@ class Trace:
                 effect = Effect.model_validate_json(body)
             except ValueError:
                 effect = None
+        if effect is None and "\n\n{" in message:
+            # Records written before subjects were kept to one line: a path with
+            # blank lines in it split the subject; the record is the JSON after it.
+            at = message.find("\n\n{")
+            while effect is None and at != -1:
+                try:
+                    effect = Effect.model_validate_json(message[at:].strip())
+                    subject = message[:at].replace("\n", " ")
+                except ValueError:
+                    at = message.find("\n\n{", at + 1)
         return TraceEntry(
             commit=str(commit.id),
             parents=tuple(str(p) for p in commit.parent_ids),
@@ -386,8 +580,39 @@ class Trace:
 
     def log(self, head: object) -> list[TraceEntry]:
         """Effects on the first-parent line ending at `head` (a commit id, or a
-        scope: its head), oldest first."""
+        scope: its head), oldest first. Decodes the whole branch: a long one
+        reads better a page at a time with `log_page`."""
         return list(reversed(list(self.walk(str(getattr(head, "head", head))))))
+
+    def log_page(self, head: object, *, limit: int = 50, before: str | None = None) -> LogPage:
+        """Up to `limit` effects of the first-parent line ending at `head` (a
+        commit id, or a scope: its head), newest first, starting below commit
+        `before` (a previous page's `next`) or at `head`. Cost follows `limit`,
+        not the length of the branch.
+
+        Raises ValueError for a limit below 1, NotFound for an unknown `before`
+        or one that is not on the line.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        tip = str(getattr(head, "head", head))
+        commit: pygit2.Commit | None
+        if before is None:
+            commit = self.commit(tip)
+        else:
+            cursor = self.commit(before)
+            if not self.is_ancestor(str(cursor.id), str(self.commit(tip).id)):
+                raise NotFound(f"commit {before!r} is not on this branch")
+            commit = cursor.parents[0] if cursor.parent_ids else None
+        entries: list[TraceEntry] = []
+        while commit is not None and len(entries) < limit:
+            entry = self.entry_of(commit)
+            if entry.effect is None:
+                return LogPage(entries, None)
+            entries.append(entry)
+            commit = commit.parents[0] if commit.parent_ids else None
+        more = commit is not None and self.entry_of(commit).effect is not None
+        return LogPage(entries, entries[-1].commit if more and entries else None)
 
     def last_writer(self, head: str, stop: str, path: str) -> str | None:
         """The effect commit that wrote `path` as it is at `head`, looking back

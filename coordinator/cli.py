@@ -123,8 +123,11 @@ def run_cmd(
         "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
         "history (one commit per effect).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    agent: Annotated[str, typer.Option(
+        help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
+    )] = "builtin",
 ) -> None:
-    """Run one built-in coding agent per task in parallel scopes, merge their branches, and
+    """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
     leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
     from agents.providers import ModelError
     from agents.run import render_report, run_with_progress
@@ -133,7 +136,7 @@ def run_cmd(
         report = asyncio.run(run_with_progress(
             err if json_out else console, repo, task, model=model, base_url=base_url,
             supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
-            retries=retries, backend=backend, squash=squash,
+            retries=retries, backend=backend, squash=squash, agent=agent,
         ))
     except (CorralError, ModelError, ValueError) as e:
         _fail(str(e))
@@ -339,13 +342,28 @@ def serve(
                      "else the one kept in STATE/admin-token, made and printed on first "
                      "use)."),
     ] = None,
+    toolchain: Annotated[
+        Optional[list[Path]],  # noqa: UP045
+        typer.Option(help="A host directory commands see read-only, its bin/ first on "
+                     "their PATH (a virtualenv, a toolchain). Repeatable."),
+    ] = None,
+    limit: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(help="Raise (or lower) an exec limit: NAME=VALUE with NAME one of "
+                     "timeout_max, processes, memory, output, file_size, layer, tmp, "
+                     "open_files; sizes take K, M, G (e.g. memory=8G). Repeatable."),
+    ] = None,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
         8 * 1024 * 1024),
+    body_timeout: Annotated[float, typer.Option(
+        help="Seconds a request body may take to arrive (408 beyond).")] = 30.0,
     backend: BackendOpt = None,
 ) -> None:
     """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
     and the dashboard at / (open it in a browser; it asks for the admin token)."""
     import os
+
+    from sandboxes import parse_limits
 
     from ._gate import GateRule
     from ._hub import ServerConfig
@@ -365,13 +383,16 @@ def serve(
             err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
     try:
         policies = [load_policy(p) for p in policy or []]
-    except LookupError as e:
+        limits = parse_limits(limit or [])
+    except (LookupError, ValueError) as e:
         _fail(str(e))
         return
     config = ServerConfig(
         state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
         defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
+        exec_limits=limits, toolchain=tuple(toolchain or ()),
+        body_timeout=body_timeout,
     )
     try:
         asyncio.run(run_server(config, host, port, print_token=print_token))
@@ -409,6 +430,63 @@ def _state_admin_token(state: Path) -> tuple[str, bool]:
     except OSError as e:
         _fail(f"cannot keep the admin token in {path}: {e.strerror}")
     return token, True
+
+
+# -- external agents: `corral mcp`, `corral hook` (implemented in agents/) --------------
+
+
+@app.command("mcp")
+def mcp_cmd(
+    scope: Annotated[str, typer.Option(help="The scope the tools act on.")],
+    url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_URL", help="A running `corral serve` (e.g. "
+                     "http://127.0.0.1:8765); else --state opens the coordinator in process."),
+    ] = None,
+    token: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_TOKEN", help="The scope's token (with --url)."),
+    ] = None,
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="In process: this state directory."),
+    ] = None,
+    parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
+                                        "one.")] = "root",
+) -> None:
+    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
+    over stdio; every change is reviewed by the supervisor first."""
+    from agents.mcp_server import serve_stdio
+
+    if url is None and state is None:
+        _fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
+    asyncio.run(serve_stdio(scope, url=url, token=token,
+                            state=str(state) if state else None, parent=parent))
+
+
+@app.command("hook")
+def hook_cmd(
+    scope: Annotated[str, typer.Option(envvar="CORRAL_SCOPE",
+                                       help="The scope mirroring Claude Code's checkout.")],
+    url: Annotated[str, typer.Option(envvar="CORRAL_URL", help="A running `corral serve`.")],
+    token: Annotated[str, typer.Option(envvar="CORRAL_TOKEN", help="The scope's token.")],
+    root: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="The checkout's root (default: the git top level of the event's "
+                     "cwd)."),
+    ] = None,
+) -> None:
+    """A Claude Code hook (PreToolUse, PostToolUse): reads the event on stdin, asks the
+    supervisor, and answers allow or deny with its reason; records what the tool changed."""
+    from agents.hooks import run_hook
+
+    answer = asyncio.run(run_hook(sys.stdin.read(), url=url, token=token, scope=scope,
+                                  root=root))
+    if answer.output is not None:
+        sys.stdout.write(json.dumps(answer.output) + "\n")
+    if answer.stderr:
+        sys.stderr.write(answer.stderr + "\n")
+    raise typer.Exit(answer.exit_code)
 
 
 def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:

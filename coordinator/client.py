@@ -238,6 +238,12 @@ class CorralClient:
                                 {"argv": list(argv), "timeout": timeout, "network": network,
                                  "env": env, "cause": cause})
 
+    async def review(self, scope: str, **intent: Any) -> ResultOut:
+        """The policy chain's decision on one intent, recorded but not carried out: give
+        exactly one of `write=`, `patch=`, `delete=`, `exec=` as the body of that call
+        (e.g. `exec={"argv": ["make"]}`, `write={"path": p, "content_b64": b}`)."""
+        return await self._call(ResultOut, "POST", self._s(scope) + "/review", intent)
+
     async def rewind(self, scope: str, to: str | None = None, *, steps: int | None = None,
                      cause: str | None = None) -> ResultOut:
         return await self._call(ResultOut, "POST", self._s(scope) + "/rewind",

@@ -16,13 +16,15 @@ from ._base import (
     ExecResult,
     ExecUnavailable,
     Interceptor,
+    Limits,
     MutationIntent,
     MutationOp,
     SandboxError,
     Workspace,
+    parse_limits,
 )
 from ._choose import backends, choose_backend
-from ._exec import REPO_PATH
+from ._exec import REPO_PATH, SANDBOX_UID, default_env
 from ._files import apply_changes, snapshot_files
 from .copy import CopyBackend
 from .fuse import FuseBackend
@@ -33,6 +35,7 @@ __all__ = [
     "MODE_FILE",
     "MODE_LINK",
     "REPO_PATH",
+    "SANDBOX_UID",
     "Backend",
     "BackendUnavailable",
     "Change",
@@ -41,6 +44,7 @@ __all__ = [
     "ExecUnavailable",
     "FuseBackend",
     "Interceptor",
+    "Limits",
     "MutationIntent",
     "MutationOp",
     "OverlayBackend",
@@ -49,5 +53,7 @@ __all__ = [
     "apply_changes",
     "backends",
     "choose_backend",
+    "default_env",
+    "parse_limits",
     "snapshot_files",
 ]

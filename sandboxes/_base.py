@@ -27,6 +27,7 @@ __all__ = [
     "ExecResult",
     "ExecUnavailable",
     "Interceptor",
+    "Limits",
     "MutationIntent",
     "MutationOp",
     "SandboxError",
@@ -60,6 +61,61 @@ class ExecUnavailable(SandboxError):
     """Commands cannot be run isolated on this machine."""
 
 
+_MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one command may use. Every field is a ceiling a caller may raise."""
+
+    timeout_max: float = 900.0
+    """Seconds: the longest `timeout` a command may ask for."""
+    processes: int = 256
+    """Processes and threads of the sandbox user at once (RLIMIT_NPROC)."""
+    memory: int = 4096 * _MiB
+    """Bytes of address space per process (RLIMIT_AS)."""
+    output: int = 16 * _MiB
+    """Bytes of stdout and of stderr kept; the rest is read and dropped (`truncated`)."""
+    file_size: int = 1024 * _MiB
+    """Bytes one file may grow to (RLIMIT_FSIZE; a write past it fails with EFBIG)."""
+    layer: int = 2048 * _MiB
+    """Bytes the command may add to the throwaway layer over its workspace."""
+    tmp: int = 512 * _MiB
+    """Bytes of the command's private /tmp."""
+    open_files: int = 4096
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+
+
+_UNITS = {"": 1, "K": 1024, "M": _MiB, "G": 1024 * _MiB}
+
+
+def parse_limits(overrides: Sequence[str], base: Limits | None = None) -> Limits:
+    """`base` (default Limits()) with each "name=value" applied; sizes take a K, M
+    or G suffix. Raises ValueError naming the bad entry."""
+    import dataclasses
+
+    limits = base or Limits()
+    names = {f.name: f.type for f in dataclasses.fields(Limits)}
+    for item in overrides:
+        name, _, raw = item.partition("=")
+        name, raw = name.strip(), raw.strip().upper()
+        if name not in names or not raw:
+            raise ValueError(f"bad limit {item!r}: expected NAME=VALUE, NAME one of "
+                             f"{', '.join(names)}")
+        try:
+            if name == "timeout_max":
+                value: float | int = float(raw)
+            else:
+                unit = raw[-1] if raw[-1] in _UNITS else ""
+                value = int(float(raw[: len(raw) - len(unit)]) * _UNITS[unit])
+        except ValueError:
+            raise ValueError(f"bad limit {item!r}: {raw!r} is not a number") from None
+        if value <= 0:
+            raise ValueError(f"bad limit {item!r}: must be positive")
+        limits = dataclasses.replace(limits, **{name: value})  # type: ignore[arg-type]
+    return limits
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """One path's new state after a command: written (data) or deleted (data is None)."""
@@ -85,11 +141,13 @@ class ExecResult:
     timed_out: bool = False
     duration_s: float = 0.0
     meta: Mapping[str, str] = field(default_factory=dict)
+    truncated: bool = False
+    """stdout or stderr passed Limits.output: only its first bytes are kept."""
 
 
 MutationOp = Literal[
     "open_write", "create", "truncate", "unlink", "rename", "mkdir", "rmdir", "symlink", "link",
-    "chmod",
+    "chmod", "chown",
 ]
 """A mutating filesystem call that an intercepting backend asks about before it happens."""
 
@@ -146,13 +204,17 @@ class Workspace(abc.ABC):
         timeout: float,
         env: Mapping[str, str] | None = None,
         network: bool = False,
+        limits: Limits | None = None,
+        toolchain: Sequence[Path] = (),
     ) -> ExecResult:
         """Run `argv` in a throwaway child layer over this workspace, seen at
-        /workspace/repo, isolated (own mount namespace, read-only rest of the
-        filesystem, private /tmp, no network unless asked, killed at `timeout`).
+        /workspace/repo, in the sandbox `run_isolated` describes (unprivileged,
+        minimal read-only host, private /tmp, no network unless asked, the
+        `limits`, killed at `timeout`; `toolchain` directories shown read-only).
 
         Returns the result with the changes the command made; `self.path` is
-        untouched. Raises ExecUnavailable when isolation is impossible here.
+        untouched. Raises ExecUnavailable when isolation is impossible here,
+        ValueError for a timeout past `limits.timeout_max`.
         """
 
     @abc.abstractmethod

@@ -1,33 +1,70 @@
-"""Run one command isolated with bubblewrap, its tree bound at /workspace/repo.
+"""Run one command in a sandbox with bubblewrap, its tree bound at /workspace/repo.
 
-The sandbox sees the host filesystem read-only (each top-level entry of / bound
-on its own, so that /workspace can live in bwrap's private tmpfs root), a fresh
-/dev, /proc and /tmp, and no network unless asked. Directories in `hide` (the
-backends' state roots) are left out, so a sandbox never pins another
-workspace's mounts.
+What the command gets (see the README's "What a command can see and touch"):
+
+- an unprivileged user: bubblewrap runs as the *sandbox uid* (`SANDBOX_UID`,
+  never 0) when the coordinator is root, else as the coordinator's own user,
+  in a new user namespace with every capability dropped, no_new_privs, and the
+  seccomp filter of `_seccomp` (no mounts, no new namespaces, no ptrace, no
+  keyrings or bpf, no Unix sockets without network);
+- new pid, ipc, uts, cgroup and (unless `network`) net namespaces: it sees
+  only its own processes, and dies with bubblewrap;
+- a minimal host, read-only: /usr and the /bin, /lib* links or dirs, /etc
+  without its secrets (shadow, gshadow, ssh, ssl/private), and the declared
+  toolchain directories; no /root, /home, /run, /var, /opt, /srv, /mnt, and
+  never the coordinator's state directory;
+- a fresh /dev and /proc, a private /tmp of `Limits.tmp` bytes;
+- the environment it is given, applied inside the sandbox only (bubblewrap's
+  own process gets an empty one);
+- the limits of `Limits`: processes, address space, file size, open files,
+  output kept, and a wall-clock timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import os
+import selectors
 import shutil
 import signal
 import subprocess
-import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ._base import ExecUnavailable
+from ._base import ExecUnavailable, Limits
+from ._seccomp import seccomp_filter
 
-__all__ = ["REPO_PATH", "Completed", "default_env", "run_isolated"]
+__all__ = [
+    "REPO_PATH",
+    "SANDBOX_UID",
+    "Completed",
+    "clear_exec_base",
+    "default_env",
+    "run_isolated",
+    "sandbox_idmap",
+    "sandbox_path",
+]
 
 REPO_PATH = "/workspace/repo"
 
-# bwrap makes these itself, or they must not leak into the sandbox
-_SKIP_TOP = frozenset({"proc", "dev", "tmp", "sys", "workspace"})
+SANDBOX_UID = int(os.environ.get("CORRAL_SANDBOX_UID", "2000000000"))
+"""The host uid (and gid) commands run as when the coordinator is root; nothing
+else should use it. Override with $CORRAL_SANDBOX_UID (read at import)."""
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+# Shown read-only when present: the system's programs, libraries and config.
+_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+# Hidden inside /etc: credentials and keys (files masked by /dev/null, dirs by
+# an empty tmpfs).
+_ETC_SECRET_FILES = ("shadow", "shadow-", "gshadow", "gshadow-", "security/opasswd",
+                     "sudoers")
+_ETC_SECRET_DIRS = ("ssh", "ssl/private", "sudoers.d")
 
 
 class Completed(NamedTuple):
@@ -38,106 +75,158 @@ class Completed(NamedTuple):
     stderr: bytes
     timed_out: bool
     duration_s: float
+    truncated: bool = False
 
 
-def default_env() -> dict[str, str]:
-    """The environment used when the caller gives none: the host PATH, nothing secret."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": "/tmp",
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",
-    }
+def sandbox_path(toolchain: Sequence[Path] = ()) -> str:
+    """PATH for a command: each toolchain directory's bin/ (or the directory
+    itself when it has none), then the system's."""
+    dirs = [str(t / "bin") if (t / "bin").is_dir() else str(t) for t in toolchain]
+    return os.pathsep.join([*dirs, SYSTEM_PATH])
+
+
+def default_env(toolchain: Sequence[Path] = ()) -> dict[str, str]:
+    """The environment used when the caller gives none: PATH from the toolchain
+    and the system, nothing of the coordinator's."""
+    return {"PATH": sandbox_path(toolchain), "HOME": "/tmp", "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp"}
+
+
+@functools.cache
+def _tool(name: str) -> str:
+    path = shutil.which(name, path=SYSTEM_PATH + ":/usr/sbin:/sbin")
+    if path is None:
+        package = "bubblewrap" if name == "bwrap" else "util-linux"
+        raise ExecUnavailable(
+            f"{name} is not installed; install it with `apt-get install {package}`")
+    return path
 
 
 def bwrap_path() -> str:
     """The bubblewrap executable. Raises ExecUnavailable when it is not installed."""
-    path = shutil.which("bwrap")
-    if path is None:
-        raise ExecUnavailable(
-            "bubblewrap (bwrap) is not installed; install it with `apt-get install bubblewrap`"
-        )
-    return path
+    return _tool("bwrap")
 
 
-def _bind_tree(directory: Path, hide: Sequence[Path], args: list[str], seen: list[Path]) -> None:
-    """Bind every entry of `directory` read-only, descending only into entries
-    that contain a hidden path, so hidden trees (and their mounts) stay out."""
-    seen.append(directory)
+# ---- the sandbox user and its idmapping
+
+_idmap_lock = threading.Lock()
+_idmap_fd: int | None = None
+
+
+def sandbox_idmap() -> int | None:
+    """A user namespace fd mapping uid/gid 0 to SANDBOX_UID, for idmapped mounts
+    that show root-owned trees as the sandbox user's (None unless root). Made
+    once per process. Raises ExecUnavailable when user namespaces are off."""
+    global _idmap_fd
+    if os.geteuid() != 0:
+        return None
+    with _idmap_lock:
+        if _idmap_fd is None:
+            _idmap_fd = _make_userns(SANDBOX_UID)
+        return _idmap_fd
+
+
+def _make_userns(uid: int) -> int:
+    own = os.readlink("/proc/self/ns/user")
+    helper = subprocess.Popen([_tool("unshare"), "--user", "--", _tool("sleep"), "60"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
-        if directory == Path("/") and entry.name in _SKIP_TOP:
-            continue
-        path = Path(entry.path)
-        if entry.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
-        elif any(path == h for h in hide):
-            continue
-        elif entry.is_dir() and any(path in h.parents for h in hide):
-            args += ["--dir", str(path)]
-            _bind_tree(path, hide, args, seen)
-        else:
-            args += ["--ro-bind", str(path), str(path)]
+        deadline = time.monotonic() + 5
+        while True:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{helper.pid}/ns/user") != own:
+                    # unshare(1) has made the namespace and exec'd sleep
+                    if os.readlink(f"/proc/{helper.pid}/exe").endswith("sleep"):
+                        break
+            if helper.poll() is not None or time.monotonic() > deadline:
+                err = helper.stderr.read().decode() if helper.stderr else ""
+                raise ExecUnavailable(f"cannot create a user namespace: {err.strip()}")
+            time.sleep(0.001)
+        for name, line in (("uid_map", f"0 {uid} 1\n"), ("setgroups", "deny"),
+                           ("gid_map", f"0 {uid} 1\n")):
+            with open(f"/proc/{helper.pid}/{name}", "w") as f:
+                f.write(line)
+        return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        helper.kill()
+        helper.wait()
 
 
-_root_binds: dict[tuple[Path, ...], tuple[list[Path], tuple[int, ...], list[str]]] = {}
+# ---- the host view
 
-
-def _mtimes(dirs: Sequence[Path]) -> tuple[int, ...]:
-    return tuple(os.stat(d).st_mtime_ns for d in dirs)
-
-
-def _host_binds(hide: tuple[Path, ...]) -> list[str]:
-    """The bind arguments for the host tree, cached until a listed directory changes
-    (listing / on every run costs ~1.5 ms)."""
-    cached = _root_binds.get(hide)
-    if cached is not None:
-        dirs, key, binds = cached
-        with contextlib.suppress(OSError):
-            if _mtimes(dirs) == key:
-                return binds
+@functools.cache
+def _system_binds() -> tuple[str, ...]:
+    """bwrap arguments showing the system directories read-only and /etc's secrets
+    hidden (symlinks such as /bin -> usr/bin recreated as symlinks)."""
     args: list[str] = []
-    seen: list[Path] = []
-    _bind_tree(Path("/"), hide, args, seen)
-    _root_binds[hide] = (seen, _mtimes(seen), args)
-    return args
+    for name in _SYSTEM:
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for rel in _ETC_SECRET_FILES:
+        if os.path.isfile(f"/etc/{rel}"):
+            args += ["--ro-bind", "/dev/null", f"/etc/{rel}"]
+    for rel in _ETC_SECRET_DIRS:
+        if os.path.isdir(f"/etc/{rel}"):
+            args += ["--perms", "0755", "--tmpfs", f"/etc/{rel}"]
+    return tuple(args)
 
 
-def _tools_under_tmp(hide: Sequence[Path]) -> list[Path]:
-    """Directories under /tmp that commands need to see through their private
-    /tmp: the running Python environment (a virtualenv made in /tmp, as a fresh
-    checkout's is) and the PATH entries there. Read-only; never one that holds
-    a hidden tree."""
-    candidates = {sys.prefix, sys.exec_prefix, sys.base_prefix,
-                  os.path.dirname(os.path.realpath(sys.executable)),
-                  *os.environ.get("PATH", "").split(os.pathsep)}
-    tmp = Path("/tmp").resolve()
-    out: list[Path] = []
-    for c in sorted(c for c in candidates if c):
-        path = Path(c).resolve()
-        if tmp not in path.parents or not path.is_dir():
-            continue
-        if any(h == path or path in h.parents for h in hide):
-            continue
-        if not any(p in path.parents for p in out):
-            out.append(path)
+def _check_toolchain(toolchain: Sequence[Path], hide: Sequence[Path]) -> list[Path]:
+    out = []
+    for t in toolchain:
+        path = Path(t).resolve()
+        if not path.is_dir():
+            raise ValueError(f"toolchain directory {t} does not exist")
+        for h in hide:
+            h = h.resolve()
+            if path == h or h in path.parents or path in h.parents:
+                raise ValueError(
+                    f"toolchain directory {t} overlaps the state directory {h}: "
+                    "a command must never see it")
+        out.append(path)
     return out
 
 
-def _bwrap_args(repo: Path, network: bool, hide: Sequence[Path]) -> list[str]:
-    args = [bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session"]
-    if network:
-        args.append("--share-net")
-    args += _host_binds(tuple(h.resolve() for h in hide))
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in _tools_under_tmp(hide):
-        args += ["--ro-bind", str(path), str(path)]
-    args += ["--perms", "0755", "--dir", "/workspace"]
-    args += ["--bind", str(repo), REPO_PATH, "--remount-ro", "/", "--chdir", REPO_PATH]
+def _bwrap_args(repo: Path, tmp: Path | None, network: bool, limits: Limits,
+                toolchain: Sequence[Path], seccomp_fd: int, env: Mapping[str, str]) -> list[str]:
+    args = [bwrap_path(), "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session"]
+    if not network:
+        args.append("--unshare-net")
+    args += _system_binds()
+    args += ["--dev", "/dev", "--proc", "/proc"]
+    if tmp is not None:
+        args += ["--bind", str(tmp), "/tmp"]
+    else:
+        args += ["--size", str(limits.tmp), "--perms", "1777", "--tmpfs", "/tmp"]
+    for t in toolchain:  # after /tmp: a toolchain may live there
+        args += ["--ro-bind", str(t), str(t)]
+    args += ["--perms", "0755", "--dir", "/workspace", "--bind", str(repo), REPO_PATH,
+             "--remount-ro", "/", "--chdir", REPO_PATH, "--seccomp", str(seccomp_fd),
+             "--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
     return args
+
+
+@functools.cache
+def _filter(network: bool) -> bytes:
+    return seccomp_filter(network=network)
+
+
+def _launcher(limits: Limits) -> list[str]:
+    """The host-side programs before bwrap: as root, setpriv drops to the sandbox
+    uid (so the coordinator spawns with vfork, whatever its size, instead of
+    forking itself to call setuid), then prlimit sets the limits."""
+    drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+             "--clear-groups", "--"] if os.geteuid() == 0 else [])
+    return [*drop, _tool("prlimit"), f"--nproc={limits.processes}", f"--as={limits.memory}",
+            f"--fsize={limits.file_size}", f"--nofile={limits.open_files}", "--core=0", "--"]
 
 
 def run_isolated(
@@ -148,34 +237,51 @@ def run_isolated(
     env: Mapping[str, str] | None = None,
     network: bool = False,
     hide: Sequence[Path] = (),
+    limits: Limits | None = None,
+    toolchain: Sequence[Path] = (),
+    tmp: Path | None = None,
 ) -> Completed:
     """Run `argv` with `repo` bound read-write at /workspace/repo (the cwd).
 
-    Returns how it ended; on timeout bwrap and everything under it is killed,
+    `env` (default: `default_env(toolchain)`) is the command's whole environment,
+    set inside the sandbox. `toolchain` directories are shown read-only at their
+    own paths; none may overlap a `hide` directory (the state). `tmp`, when
+    given, is bound as /tmp (a directory the sandbox user may write, sized by
+    the caller); else /tmp is a tmpfs of `limits.tmp` bytes. When the
+    coordinator is root, `repo` and `tmp` must be reachable by SANDBOX_UID.
+
+    Returns how it ended; on timeout everything under bubblewrap is killed,
     `timed_out` is True and the return code is negative. Raises ExecUnavailable
-    when bubblewrap is missing or cannot set up the sandbox.
+    when bubblewrap is missing or cannot set up the sandbox, ValueError for an
+    empty argv, a bad toolchain or a timeout past `limits.timeout_max`.
     """
     if not argv:
         raise ValueError("argv must not be empty")
-    cmd = [*_bwrap_args(repo, network, hide), "--", *argv]
-    start = time.monotonic()
-    # own process group so a timeout kills bwrap and its helpers in one signal;
-    # the sandboxed tree dies with bwrap (pid namespace + --die-with-parent)
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env) if env is not None else default_env(),
-        start_new_session=True,
-    )
-    timed_out = False
+    limits = limits or Limits()
+    if not 0 < timeout <= limits.timeout_max:
+        raise ValueError(f"timeout must be in (0, {limits.timeout_max:g}] seconds, not {timeout}")
+    tools = _check_toolchain(toolchain, hide)
+    env = dict(env) if env is not None else default_env(tools)
+    read_fd, write_fd = os.pipe()
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        stdout, stderr = proc.communicate()
+        os.write(write_fd, _filter(network))
+        os.close(write_fd)
+        write_fd = -1
+        cmd = [*_launcher(limits),
+               *_bwrap_args(repo, tmp, network, limits, tools, read_fd, env), "--", *argv]
+        start = time.monotonic()
+        # own process group so a timeout kills bwrap and its helpers in one
+        # signal; the sandboxed tree dies with bwrap (pid namespace)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={}, start_new_session=True, pass_fds=(read_fd,), cwd="/",
+        )
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+    try:
+        stdout, stderr, timed_out, truncated = _collect(proc, start + timeout, limits.output)
     except BaseException:
         _kill_group(proc)
         proc.wait()
@@ -187,14 +293,142 @@ def run_isolated(
     # bwrap's own setup failures exit 1 with one "bwrap: ..." line
     if returncode == 1 and stderr.startswith(b"bwrap: ") and _is_setup_error(stderr):
         raise ExecUnavailable(f"bubblewrap could not set up the sandbox: {stderr.decode()}")
-    return Completed(returncode, stdout, stderr, timed_out, duration)
+    return Completed(returncode, stdout, stderr, timed_out, duration, truncated)
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float,
+             cap: int) -> tuple[bytes, bytes, bool, bool]:
+    """Read stdout and stderr as they come, keeping `cap` bytes of each, until
+    both close and the process exits, or `deadline` passes (then kill)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    kept: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(),
+                                  proc.stderr.fileno(): bytearray()}
+    truncated = timed_out = False
+    with selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            sel.register(stream, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                _kill_group(proc)
+                left = 5.0  # drain what the killed processes left in the pipes
+                deadline = time.monotonic() + left
+            for key, _ in sel.select(timeout=min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = kept[key.fd]
+                room = cap - len(buf)
+                if len(chunk) > room:
+                    truncated = True
+                    chunk = chunk[:max(room, 0)]
+                buf += chunk
+            if timed_out and time.monotonic() > deadline:
+                break
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not timed_out else 5)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        proc.wait()
+    out, err = kept.values()
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(out), bytes(err), timed_out, truncated
 
 
 def _is_setup_error(stderr: bytes) -> bool:
-    markers = (b"Creating new namespace failed", b"Can't mount", b"No permissions to create")
+    markers = (b"Creating new namespace failed", b"Can't mount", b"No permissions to create",
+               b"Can't find source path", b"setting up uid map")
     return any(m in stderr for m in markers)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def scratch_dir(root: Path) -> Iterator[Path]:
+    """A fresh directory for one run, reachable (not listable) by the sandbox
+    user when the coordinator is root: under exec_base(root) (0711) with an
+    unguessable name. On exit, whatever is still mounted in it (the caller
+    unmounts what it can) is unmounted lazily and the directory removed."""
+    import secrets
+
+    from ._mount import MountError, mounts_under, umount
+
+    path = exec_base(root) / secrets.token_hex(12)
+    path.mkdir(mode=0o711)
+    try:
+        yield path
+    finally:
+        try:
+            # what the backends mount here: the tree shown (m), /tmp (t), the layer
+            for point in (path / "m", path / "t", path):
+                try:
+                    umount(point)
+                except MountError as err:
+                    if err.errno != errno.EINVAL:  # EINVAL: not a mount point
+                        raise
+        except MountError:
+            for point in mounts_under(path):  # the slow way, only when needed
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_bases_lock = threading.Lock()
+_bases: set[Path] = set()
+
+
+def exec_base(root: Path) -> Path:
+    """Where `root`'s runs make their scratch directories (see scratch_dir): as
+    root a tmpfs (mode 0711) at /run/corral-exec/<hash of root>, mounted on first
+    use (a directory create and delete there costs microseconds, not the disk's
+    milliseconds); else root/R."""
+    import hashlib
+
+    from ._mount import mount_tmpfs
+
+    if os.geteuid() != 0:
+        base = root / "R"
+        base.mkdir(exist_ok=True)
+        return base
+    top = Path("/run/corral-exec") if Path("/run").is_dir() else Path("/tmp/corral-exec")
+    base = top / hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    with _bases_lock:
+        if base in _bases:
+            return base
+        with contextlib.suppress(FileExistsError):
+            top.mkdir(mode=0o711)
+        st = os.lstat(top)
+        if not os.path.isdir(top) or os.path.islink(top) or st.st_uid != 0:
+            raise ExecUnavailable(f"{top} must be a directory owned by root")
+        os.chmod(top, 0o711)
+        with contextlib.suppress(FileExistsError):
+            base.mkdir(mode=0o711)
+        if not os.path.ismount(base):
+            mount_tmpfs(base, mode=0o711)
+        _bases.add(base)
+    return base
+
+
+def clear_exec_base(root: Path) -> None:
+    """Unmount and delete what runs for `root` left behind (a crashed process),
+    the base and its tmpfs included (made again on next use)."""
+    from ._mount import MountError, mounts_under, umount
+
+    base = exec_base(root)
+    with _bases_lock:
+        _bases.discard(base)
+        for _ in range(3):
+            points = mounts_under(base)
+            if not points:
+                break
+            for point in points:
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
+        shutil.rmtree(base, ignore_errors=True)

@@ -24,7 +24,7 @@ import mfusepy
 
 from ._base import Interceptor, MutationIntent, MutationOp
 
-__all__ = ["Mount", "Passthrough"]
+__all__ = ["Mount", "Passthrough", "caller_thread"]
 
 log = logging.getLogger("corral.sandboxes.fuse")
 
@@ -307,7 +307,11 @@ class Passthrough(mfusepy.Operations):
         return 0
 
     def chown(self, path: str, uid: int, gid: int) -> int:
+        # Git records no owner, but a chown is a change a supervisor may refuse
+        # (giving a file away, or taking one): asked and recorded like chmod.
+        intent = self._ask("chown", path, f"{_id(uid)}:{_id(gid)}")
         os.chown(_rel(path), uid, gid, dir_fd=self.root, follow_symlinks=False)
+        self._done(intent)
         return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
@@ -317,6 +321,17 @@ class Passthrough(mfusepy.Operations):
         else:
             os.utime(_rel(path), ns=times, dir_fd=self.root, follow_symlinks=False)
         return 0
+
+
+def _id(n: int) -> int:
+    # libfuse passes "unchanged" ((uid_t)-1) as an unsigned 32-bit number
+    return -1 if n in (-1, 0xFFFFFFFF) else n
+
+
+def caller_thread() -> int:
+    """The kernel thread id of the process thread whose call a FUSE worker is
+    serving now (valid only on that worker, during the call)."""
+    return int(mfusepy.fuse_get_context()[2])
 
 
 def _close_quietly(fd: int) -> None:

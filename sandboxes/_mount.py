@@ -18,16 +18,31 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MountError", "is_busy", "mount_overlay", "mount_tmpfs", "mounts_under", "umount"]
+__all__ = [
+    "MountError",
+    "idmapped_tree",
+    "is_busy",
+    "mount_overlay",
+    "mount_tmpfs",
+    "mounts_under",
+    "move_tree",
+    "umount",
+]
 
 MNT_DETACH = 2
 _PAGE = 4096
 
 # x86_64 and aarch64 share these numbers (the new mount API is in the common table)
+_SYS_OPEN_TREE = 428
 _SYS_MOVE_MOUNT = 429
 _SYS_FSOPEN = 430
 _SYS_FSCONFIG = 431
 _SYS_FSMOUNT = 432
+_SYS_MOUNT_SETATTR = 442
+_OPEN_TREE_CLONE = 0x1
+_OPEN_TREE_CLOEXEC = 0o2000000
+_AT_EMPTY_PATH = 0x1000
+_MOUNT_ATTR_IDMAP = 0x00100000
 _FSOPEN_CLOEXEC = 0x1
 _FSMOUNT_CLOEXEC = 0x1
 _FSCONFIG_SET_FLAG = 0
@@ -152,10 +167,41 @@ def _read_log(fd: int) -> str:
     return "; ".join(line for line in lines if line)
 
 
-def mount_tmpfs(target: Path) -> None:
-    """Mount a private tmpfs at `target`. Raises MountError."""
-    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", 0, b"mode=0700") != 0:
+def mount_tmpfs(target: Path, *, mode: int = 0o700, size: int | None = None) -> None:
+    """Mount a private tmpfs at `target` (`size` bytes at most). Raises MountError."""
+    options = f"mode={mode:o}" + (f",size={size}" if size is not None else "")
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", 0, options.encode()) != 0:
         raise _fail("mount tmpfs at", target)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def idmapped_tree(source: Path, userns_fd: int) -> int:
+    """A detached copy of the mount tree at `source`, idmapped through the user
+    namespace `userns_fd` (files appear owned by the ids that namespace maps
+    their owners to). Returns its fd (close-on-exec): reach it as
+    /proc/self/fd/<fd> or attach it with move_tree. Raises MountError."""
+    fd = _libc.syscall(_SYS_OPEN_TREE, ctypes.c_int(_AT_FDCWD), os.fsencode(source),
+                       ctypes.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC))
+    if fd < 0:
+        raise _fail("open_tree", source)
+    attr = _MountAttr(_MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+    if _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(fd), b"", ctypes.c_uint(_AT_EMPTY_PATH),
+                     ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) < 0:
+        err = _fail("idmap mount of", source)
+        os.close(fd)
+        raise err
+    return int(fd)
+
+
+def move_tree(fd: int, target: Path) -> None:
+    """Attach the detached mount `fd` at `target`. Raises MountError."""
+    if _libc.syscall(_SYS_MOVE_MOUNT, ctypes.c_int(fd), b"", ctypes.c_int(_AT_FDCWD),
+                     os.fsencode(target), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH)) < 0:
+        raise _fail("move_mount to", target)
 
 
 def umount(target: Path, *, detach: bool = False) -> None:

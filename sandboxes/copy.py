@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, Change, ExecResult, SandboxError, Workspace
-from ._exec import run_isolated
+from ._base import Backend, Change, ExecResult, Limits, SandboxError, Workspace
+from ._exec import clear_exec_base, run_isolated, sandbox_idmap, scratch_dir
 from ._files import ensure_base, leaves, read_entry
+from ._mount import idmapped_tree, mount_tmpfs, move_tree
 
 __all__ = ["CopyBackend"]
 
@@ -57,23 +58,24 @@ class CopyWorkspace(Workspace):
         timeout: float,
         env: Mapping[str, str] | None = None,
         network: bool = False,
+        limits: Limits | None = None,
+        toolchain: Sequence[Path] = (),
     ) -> ExecResult:
         """Run `argv` in a scratch copy of this workspace; returns its changes
         (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
         self._check_live()
+        limits = limits or Limits()
         backend = self._backend
-        scratch = backend.root / "R" / backend._next_id()
-        try:
-            _copy_tree(self.path, scratch)
+        with scratch_dir(backend.root) as scratch:
+            copy, shown, tmp = _scratch_copy(self.path, scratch, limits)
             # ctime cannot be set from user space: an unchanged (inode, ctime)
             # proves a file untouched without reading it
-            before = {rel: (st.st_ino, st.st_ctime_ns) for rel, st in leaves(scratch)}
+            before = {rel: (st.st_ino, st.st_ctime_ns) for rel, st in leaves(copy)}
             done = run_isolated(
-                scratch, argv, timeout=timeout, env=env, network=network, hide=[backend.root]
+                shown, argv, timeout=timeout, env=env, network=network, hide=[backend.root],
+                limits=limits, toolchain=toolchain, tmp=tmp,
             )
-            changes = _diff(self.path, scratch, before)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            changes = _diff(self.path, copy, before)
         return ExecResult(
             returncode=done.returncode,
             stdout=done.stdout,
@@ -82,6 +84,7 @@ class CopyWorkspace(Workspace):
             timed_out=done.timed_out,
             duration_s=done.duration_s,
             meta={"backend": "copy"},
+            truncated=done.truncated,
         )
 
     def discard(self) -> None:
@@ -96,6 +99,37 @@ class CopyWorkspace(Workspace):
     def layer_bytes(self) -> int:
         """Bytes of every file in the workspace (a copy owns all of them)."""
         return sum(st.st_size for _, st in leaves(self.path))
+
+
+def _scratch_copy(source: Path, scratch: Path, limits: Limits) -> tuple[Path, Path, Path | None]:
+    """Copy `source` for one run into `scratch`. Returns (the copy, the tree to
+    show the command, its /tmp or None for bubblewrap's own).
+
+    As root the copy sits on a tmpfs of limits.layer bytes (the command's whole
+    tree counts against it) and is shown through an idmapped mount as the
+    sandbox user's; else it is a plain directory and /tmp is bubblewrap's.
+    """
+    copy = scratch / "c"
+    idmap = sandbox_idmap()
+    if idmap is None:
+        _copy_tree(source, copy)
+        return copy, copy, None
+    mount_tmpfs(scratch, mode=0o711, size=limits.layer)
+    shown, tmp = scratch / "m", scratch / "t"
+    shown.mkdir()
+    tmp.mkdir()
+    mount_tmpfs(tmp, mode=0o1777, size=limits.tmp)
+    try:
+        _copy_tree(source, copy)
+    except OSError as err:
+        raise SandboxError(f"the workspace does not fit in a run's layer of "
+                           f"{limits.layer} bytes (Limits.layer)", cause=err) from err
+    fd = idmapped_tree(copy, idmap)
+    try:
+        move_tree(fd, shown)
+    finally:
+        os.close(fd)
+    return copy, shown, tmp
 
 
 def _diff(old: Path, new: Path, before: dict[str, tuple[int, int]]) -> list[Change]:
@@ -133,6 +167,7 @@ class CopyBackend(Backend):
         self._ids = itertools.count(1)
         self._live: dict[str, CopyWorkspace] = {}
         self._closed = False
+        clear_exec_base(self.root)
         for d in ("W", "R"):
             shutil.rmtree(self.root / d, ignore_errors=True)
             (self.root / d).mkdir()
@@ -145,9 +180,10 @@ class CopyBackend(Backend):
         return self._workspace(name, layer)
 
     def close(self) -> None:
-        """Discard every workspace. Idempotent."""
+        """Discard every workspace and clear the runs' scratch base. Idempotent."""
         for ws in list(self._live.values()):
             ws.discard()
+        clear_exec_base(self.root)
         self._closed = True
 
     def _next_id(self) -> str:

@@ -31,11 +31,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, ExecResult, Interceptor, SandboxError, Workspace
+from ._base import Backend, ExecResult, Interceptor, Limits, SandboxError, Workspace
 from ._mount import MountError, is_busy, umount
 from .overlay import OverlayBackend, OverlayWorkspace
 
-__all__ = ["FuseBackend"]
+
+def caller_thread() -> int:
+    """The kernel thread id (`threading.get_native_id()`) of the thread whose
+    call into a fuse workspace the current FUSE worker is serving: an
+    interceptor can tell a call made by its own process's threads."""
+    from ._fuse_ops import caller_thread
+
+    return caller_thread()
+
+__all__ = ["FuseBackend", "caller_thread"]
 
 log = logging.getLogger("corral.sandboxes.fuse")
 
@@ -133,15 +142,18 @@ class FuseWorkspace(Workspace):
         timeout: float,
         env: Mapping[str, str] | None = None,
         network: bool = False,
+        limits: Limits | None = None,
+        toolchain: Sequence[Path] = (),
     ) -> ExecResult:
         """The overlay workspace's transactional run, on the backing tree (the throwaway
         layer sits on the hidden overlay, so nothing in it is intercepted)."""
         self._check_live()
-        result = self._inner.run(argv, timeout=timeout, env=env, network=network)
+        result = self._inner.run(argv, timeout=timeout, env=env, network=network,
+                                 limits=limits, toolchain=toolchain)
         return ExecResult(
             returncode=result.returncode, stdout=result.stdout, stderr=result.stderr,
             changes=result.changes, timed_out=result.timed_out, duration_s=result.duration_s,
-            meta={**result.meta, "backend": "fuse"},
+            meta={**result.meta, "backend": "fuse"}, truncated=result.truncated,
         )
 
     def discard(self) -> None:

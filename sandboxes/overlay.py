@@ -5,7 +5,10 @@ Layout under `root` (names short: mount data is limited to one page)::
     B/<hash>, B/<hash>.done   base layers, kept across runs (marker = complete)
     L/<n>                     frozen layers, shared, reference-counted
     U/<n>  W/<n>.<gen>  M/<n> a workspace's upper, workdir (fresh per mount), mount point
-    R/<n>/{u,w,m}             a run's throwaway child layer over M/<n>
+
+A run's throwaway layer is not under `root` but in a scratch directory the
+unprivileged sandbox can reach (see `_exec.scratch_dir`): a sized tmpfs holding
+{u,w,m,t}, with the overlay of idmapped copies of U/<n> and its lowers at m.
 
 Every mount is `volatile` (umount without syncfs: ~0.1 ms instead of ~140 ms on
 ext4); after a crash workspaces are rebuilt from the trace, never from disk.
@@ -20,17 +23,26 @@ import functools
 import itertools
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, ExecResult, SandboxError, Workspace
-from ._exec import run_isolated
+from ._base import Backend, ExecResult, Limits, SandboxError, Workspace
+from ._exec import SANDBOX_UID, clear_exec_base, run_isolated, sandbox_idmap, scratch_dir
 from ._files import ensure_base, leaves
 from ._layers import copy_layer, squash_layers, upper_changes
-from ._mount import MountError, is_busy, mount_overlay, mount_tmpfs, mounts_under, umount
+from ._mount import (
+    MountError,
+    idmapped_tree,
+    is_busy,
+    mount_overlay,
+    mount_tmpfs,
+    mounts_under,
+    umount,
+)
 
 __all__ = ["OverlayBackend"]
 
@@ -84,20 +96,27 @@ class OverlayWorkspace(Workspace):
             raise SandboxError(f"workspace {self.name!r} was discarded")
 
     def fork(self, name: str) -> OverlayWorkspace:
-        """A child over this workspace's current state. Freezes the upper into a
-        shared layer when nothing uses the mount; when a process does (umount
-        says EBUSY) the child gets a copy of the upper and this mount stays."""
+        """A child over this workspace's current state (see _freeze)."""
+        lowers, owned = self._freeze()
+        return self._backend._workspace(name, lowers, owned=owned)
+
+    def _freeze(self) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+        """This workspace's current state as read-only layers (topmost first), for
+        a child or a run. Freezes the upper into a shared layer when nothing uses
+        the mount; when a process does (umount says EBUSY) the upper is copied
+        into a new layer and this mount stays. Returns (layers, owned): `owned`
+        were made for the caller and hold one reference it must take over."""
         self._check_live()
         backend = self._backend
         if not any(os.scandir(self.upper)):
-            return backend._workspace(name, self._lowers)
+            return self._lowers, ()
         try:
             umount(self.path)
         except MountError as err:
             if not is_busy(err):
                 raise SandboxError(f"cannot freeze workspace {self.name!r}", cause=err) from err
             layer = backend._new_layer(lambda dst: copy_layer(self.upper, dst))
-            return backend._workspace(name, (layer, *self._lowers), owned=(layer,))
+            return (layer, *self._lowers), (layer,)
         self._drop_work()
         layer = backend._new_layer(lambda dst: os.rename(self.upper, dst))
         created = [layer]
@@ -125,7 +144,7 @@ class OverlayWorkspace(Workspace):
         backend._hold(self._lowers)
         backend._release(old_lowers)
         backend._release(created)  # the parent's hold replaces the creation holds
-        return backend._workspace(name, self._lowers)
+        return self._lowers, ()
 
     def run(
         self,
@@ -134,28 +153,31 @@ class OverlayWorkspace(Workspace):
         timeout: float,
         env: Mapping[str, str] | None = None,
         network: bool = False,
+        limits: Limits | None = None,
+        toolchain: Sequence[Path] = (),
     ) -> ExecResult:
-        """Run `argv` in a nested overlay over this workspace's mount; returns its
+        """Run `argv` in a throwaway overlay over this workspace's layers; returns its
         changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
-        self._check_live()
+        limits = limits or Limits()
         backend = self._backend
-        scratch = backend._state / "R" / backend._next_id()
-        upper, work, merged = (scratch.with_name(scratch.name + s) for s in "uwm")
+        # Frozen layers only: an upper mounted read-write must never be another
+        # mount's lower. They stay held while the command reads them.
+        lowers, owned = self._freeze()
+        backend._hold(lowers)
+        backend._release(owned)
         try:
-            for d in (upper, work, merged):
-                d.mkdir()
-            # a nested overlay (stack depth 2) reads the workspace live, no freeze
-            mount_overlay(merged, (self.path,), upper, work)
-            try:
-                done = run_isolated(
-                    merged, argv, timeout=timeout, env=env, network=network, hide=[backend.root]
-                )
-                changes = upper_changes(upper, self.path)
-            finally:
-                _umount_quietly(merged)
+            with scratch_dir(backend.root) as scratch:
+                upper, merged, tmp = _mount_throwaway(scratch, lowers, limits)
+                try:
+                    done = run_isolated(
+                        merged, argv, timeout=timeout, env=env, network=network,
+                        hide=[backend.root], limits=limits, toolchain=toolchain, tmp=tmp,
+                    )
+                    changes = upper_changes(upper, self.path)
+                finally:
+                    _umount_quietly(merged)
         finally:
-            for d in (upper, work, merged):
-                shutil.rmtree(d, ignore_errors=True)
+            backend._release(lowers)
         return ExecResult(
             returncode=done.returncode,
             stdout=done.stdout,
@@ -164,6 +186,7 @@ class OverlayWorkspace(Workspace):
             timed_out=done.timed_out,
             duration_s=done.duration_s,
             meta={"backend": "overlay"},
+            truncated=done.truncated,
         )
 
     def discard(self) -> None:
@@ -183,6 +206,40 @@ class OverlayWorkspace(Workspace):
     def layer_bytes(self) -> int:
         """Bytes of files in this workspace's upper layer."""
         return sum(st.st_size for _, st in leaves(self.upper))
+
+
+def _mount_throwaway(
+    scratch: Path, layers: tuple[Path, ...], limits: Limits
+) -> tuple[Path, Path, Path]:
+    """Mount a run's layer (a tmpfs of limits.layer bytes at `scratch`) and /tmp
+    (one of limits.tmp bytes), and the overlay of `layers` under that layer.
+    Returns (upper, merged, tmp).
+
+    As root, the command runs as SANDBOX_UID: the layers are seen through
+    idmapped mounts that show their root-owned files as that user's, and the
+    upper belongs to it, so the command may change every file and the layers
+    on disk stay root's. (overlayfs itself cannot be idmapped; its layers can.)
+    """
+    mount_tmpfs(scratch, mode=0o711, size=limits.layer)
+    upper, work, merged, tmp = (scratch / d for d in ("u", "w", "m", "t"))
+    for d in (upper, work, merged, tmp):
+        d.mkdir()
+    mount_tmpfs(tmp, mode=0o1777, size=limits.tmp)
+    idmap = sandbox_idmap()
+    if idmap is None:
+        mount_overlay(merged, layers, upper, work)
+        return upper, merged, tmp
+    os.chown(upper, SANDBOX_UID, SANDBOX_UID)
+    os.chmod(upper, stat.S_IMODE(os.stat(layers[0]).st_mode))
+    fds: list[int] = []
+    try:
+        for layer in layers:
+            fds.append(idmapped_tree(layer, idmap))
+        mount_overlay(merged, [Path(f"/proc/self/fd/{fd}") for fd in fds], upper, work)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return upper, merged, tmp
 
 
 def _umount_quietly(target: Path) -> None:
@@ -222,6 +279,7 @@ class OverlayBackend(Backend):
         self._base_lock = threading.Lock()
         self._closed = False
         _unmount_all(self.root)
+        clear_exec_base(self.root)
         self._state = self.root / "t" if tmpfs else self.root
         for d in ("t", *_STATE_DIRS):
             shutil.rmtree(self.root / d, ignore_errors=True)
@@ -244,6 +302,7 @@ class OverlayBackend(Backend):
             with contextlib.suppress(OSError):
                 ws.discard()
         _unmount_all(self.root)
+        clear_exec_base(self.root)
         self._closed = True
 
     # ---- internals used by OverlayWorkspace

@@ -265,7 +265,9 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         discard = page.locator(".scope-actions .actions", has_text="discard")
         await discard.locator("button").click()
         await page.wait_for_selector("#detail-title:has-text('Scope alice-2 is gone')")
-        assert run.srv.hub.c.scopes["alice-2"].discarded
+        # a discarded scope leaves the registry (its branch stays archived)
+        assert "alice-2" not in run.srv.hub.c.scopes
+        assert run.srv.hub.c.last_discard("alice-2") is not None
         lanes = await page.eval_on_selector_all(".chip.lane", "els => els.map(e => e.textContent)")
         assert "alice-2" not in lanes
 

@@ -339,25 +339,28 @@ def test_close_after_an_exception_leaves_nothing_mounted(
     assert mounts_under(state_root) == []
 
 
-def test_tools_on_path_under_tmp_stay_visible(root_ws: Workspace, monkeypatch) -> None:
-    """/tmp is private to a command, but a PATH directory under /tmp (a virtualenv
-    made there, say) is bound read-only so its tools still run."""
+def test_declared_toolchain_is_visible_whole_and_read_only(root_ws: Workspace) -> None:
+    """A toolchain directory (a virtualenv made under /tmp, say) is shown whole and
+    read-only with its bin/ first on PATH; an undeclared one on the caller's PATH
+    stays invisible."""
     import tempfile
 
     tools = Path(tempfile.mkdtemp(prefix="corral-tools-", dir="/tmp"))
-    (tools / "hello-corral").write_text("#!/bin/sh\necho hello\n")
-    (tools / "hello-corral").chmod(0o755)
-    secret = tools.parent / f"{tools.name}-secret"
-    secret.write_text("x")
-    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    (tools / "bin").mkdir()
+    (tools / "bin" / "hello-corral").write_text("#!/bin/sh\necho hello\n")
+    (tools / "bin" / "hello-corral").chmod(0o755)
+    (tools / "lib").mkdir()
+    (tools / "lib" / "pkg.txt").write_text("package data")
+    tools.chmod(0o755)
+    other = Path(tempfile.mkdtemp(prefix="corral-undeclared-", dir="/tmp"))
+    other.chmod(0o755)
     try:
-        r = root_ws.run(["sh", "-c", f"hello-corral; test -e {secret} || echo hidden"],
-                        timeout=30, env={"PATH": os.environ["PATH"]})
-        assert r.returncode == 0, r.stderr
-        assert r.stdout == b"hello\nhidden\n"
-        r = root_ws.run(["sh", "-c", f"echo x > {tools}/new"], timeout=30,
-                        env={"PATH": os.environ["PATH"]})
+        r = root_ws.run(["sh", "-c", f"hello-corral && cat {tools}/lib/pkg.txt && "
+                         f"(test -e {other} || echo hidden)"], timeout=30, toolchain=[tools])
+        assert (r.returncode, r.stdout) == (0, b"hello\npackage datahidden\n"), r.stderr
+        r = root_ws.run(["sh", "-c", f"echo x > {tools}/new"], timeout=30, toolchain=[tools])
         assert r.returncode != 0  # read-only
+        assert not (tools / "new").exists()
     finally:
-        secret.unlink()
         shutil.rmtree(tools)
+        shutil.rmtree(other)

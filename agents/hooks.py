@@ -1,0 +1,237 @@
+"""Claude Code hooks: `corral hook` puts Claude Code's tool calls to a Corral supervisor.
+
+Claude Code works in its own checkout of the repository; a scope of a running `corral serve`
+mirrors it. For each hook event (JSON on stdin, Claude Code's hook schema):
+
+- **PreToolUse** asks the server to *review* the intent (`POST /v1/scopes/{name}/review`: the
+  policy chain decides and the effect is recorded as `allowed` or `blocked`, nothing is
+  written): `Write` is an `fs.write` of the new content, `Edit` and `MultiEdit` an
+  `fs.patch` (the unified diff of the edit against the file on disk), `Bash` an `exec` of
+  the command. The answer is Claude Code's `permissionDecision`: `allow`, or `deny` with the
+  supervisor's reason (Claude sees it and adapts). Other tools get no opinion.
+- **PostToolUse** records what happened: the written file, read back from disk, becomes an
+  `fs.write` effect on the scope; after `Bash`, every file `git status` shows as changed
+  that differs from the scope is written (or deleted) there. A change the supervisor
+  blocks at this point is reported back with `decision: block` and the reason.
+
+A hook that cannot reach the server denies (exit code 2, the reason on stderr): fail closed,
+as a policy that raises blocks.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator import CorralError
+from coordinator.client import CorralClient, ResultOut
+
+from ._access import Said, blocked_text
+
+__all__ = ["FILE_TOOLS", "HookAnswer", "handle", "run_hook"]
+
+FILE_TOOLS = ("Write", "Edit", "MultiEdit")
+
+
+@dataclass(frozen=True, slots=True)
+class HookAnswer:
+    """What `corral hook` prints and exits with (Claude Code's hook protocol)."""
+
+    output: dict[str, Any] | None
+    """JSON for stdout (None: print nothing)."""
+    exit_code: int = 0
+    stderr: str = ""
+
+
+def _said(r: ResultOut) -> Said:
+    d = r.effect.decision
+    return Said(ok=r.ok, blocked=r.status == "blocked", reason=r.reason,
+                policy=d.policy if d else "default", commit=r.commit, effect=r.effect.id)
+
+
+def _decide(said: Said, status: str) -> HookAnswer:
+    if status == "allowed":
+        why = f"Corral: allowed by {said.policy} (effect {said.effect})"
+        return _pre("allow", why)
+    if status == "rewritten":
+        return _pre("deny", f"the supervisor ({said.policy}) asks for a different change: "
+                    f"{said.reason}")
+    return _pre("deny", blocked_text(said))
+
+
+def _pre(decision: str, reason: str) -> HookAnswer:
+    return HookAnswer({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse", "permissionDecision": decision,
+        "permissionDecisionReason": reason}})
+
+
+def _root(payload: dict[str, Any], root: str | None) -> Path:
+    if root:
+        return Path(root).resolve()
+    cwd = payload.get("cwd") or os.getcwd()
+    proc = subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"],
+                          capture_output=True, text=True)
+    return Path(proc.stdout.strip() if proc.returncode == 0 else cwd).resolve()
+
+
+def _relative(root: Path, file_path: str) -> str | None:
+    """The path relative to the checkout's root, or None when it is outside."""
+    target = Path(file_path)
+    if not target.is_absolute():
+        target = root / target
+    try:
+        return target.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _edited(text: str, edits: list[dict[str, Any]]) -> str | None:
+    """The text after Claude Code's Edit/MultiEdit edits, or None when one does not apply
+    (the tool itself will fail and say why)."""
+    for e in edits:
+        old, new = str(e.get("old_string", "")), str(e.get("new_string", ""))
+        if not old or old not in text:
+            return None
+        text = text.replace(old, new) if e.get("replace_all") else text.replace(old, new, 1)
+    return text
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
+                                        new.splitlines(keepends=True),
+                                        f"a/{path}", f"b/{path}"))
+
+
+async def _pre_tool(client: CorralClient, scope: str, root: Path, tool: str,
+                    args: dict[str, Any]) -> HookAnswer:
+    if tool == "Bash":
+        command = str(args.get("command", ""))
+        timeout = float(args.get("timeout") or 120_000) / 1000  # Claude Code gives ms
+        r = await client.review(scope, exec={"argv": ["bash", "-c", command],
+                                             "timeout": min(max(timeout, 1.0), 3600.0)})
+        return _decide(_said(r), r.status)
+    rel = _relative(root, str(args.get("file_path", "")))
+    if rel is None:
+        return HookAnswer(None)  # outside the repository: not the supervisor's business
+    if tool == "Write":
+        data = str(args.get("content", "")).encode()
+        r = await client.review(scope, write={
+            "path": rel, "content_b64": base64.b64encode(data).decode()})
+        return _decide(_said(r), r.status)
+    on_disk = root / rel
+    if not on_disk.is_file():
+        return HookAnswer(None)  # the edit fails by itself
+    current = on_disk.read_text()
+    edits = args.get("edits") if tool == "MultiEdit" else [args]
+    new = _edited(current, list(edits or []))
+    if new is None or new == current:
+        return HookAnswer(None)
+    try:
+        r = await client.review(scope, patch={"path": rel, "diff": _diff(rel, current, new)})
+    except (CorralError, FileNotFoundError) as e:
+        if isinstance(e, CorralError) and e.status not in (400, 404):
+            raise
+        # The scope's copy differs from the checkout's: review the whole new content.
+        r = await client.review(scope, write={
+            "path": rel, "content_b64": base64.b64encode(new.encode()).decode()})
+    return _decide(_said(r), r.status)
+
+
+async def _sync(client: CorralClient, scope: str, root: Path, rel: str) -> Said | None:
+    """Make the scope's `rel` equal the checkout's; None when it already was."""
+    on_disk = root / rel
+    try:
+        ours: bytes | None = await client.read(scope, rel)
+    except FileNotFoundError:
+        ours = None
+    if on_disk.is_file():
+        data = on_disk.read_bytes()
+        if data == ours:
+            return None
+        mode = 0o100755 if os.access(on_disk, os.X_OK) else 0o100644
+        return _said(await client.write(scope, rel, data, mode=mode))
+    if ours is None:
+        return None
+    return _said(await client.delete(scope, rel))
+
+
+def _changed(root: Path) -> list[str]:
+    """Paths `git status` reports changed in the checkout (ignored files excluded)."""
+    proc = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        capture_output=True, check=True)
+    fields = proc.stdout.decode().split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":  # a rename's source follows it
+            paths.append(fields[i])
+            i += 1
+    return paths
+
+
+async def _post_tool(client: CorralClient, scope: str, root: Path, tool: str,
+                     args: dict[str, Any]) -> HookAnswer:
+    if tool == "Bash":
+        paths = _changed(root)
+    else:
+        rel = _relative(root, str(args.get("file_path", "")))
+        paths = [rel] if rel is not None else []
+    blocked = []
+    for rel in paths:
+        said = await _sync(client, scope, root, rel)
+        if said is not None and said.blocked:
+            blocked.append(f"{rel}: {blocked_text(said)}")
+    if blocked:
+        return HookAnswer({"decision": "block", "reason": (
+            "The supervisor did not accept this change into your scope; undo it or adapt. "
+            + "; ".join(blocked))})
+    return HookAnswer(None)
+
+
+async def handle(payload: dict[str, Any], client: CorralClient, scope: str, *,
+                 root: str | None = None) -> HookAnswer:
+    """The answer to one Claude Code hook event. Raises CorralError (and aiohttp's errors)
+    when the server fails; `run_hook` turns those into a fail-closed answer."""
+    event = payload.get("hook_event_name")
+    tool = str(payload.get("tool_name", ""))
+    args = payload.get("tool_input") or {}
+    if tool not in (*FILE_TOOLS, "Bash") or not isinstance(args, dict):
+        return HookAnswer(None)
+    where = _root(payload, root)
+    if event == "PreToolUse":
+        return await _pre_tool(client, scope, where, tool, args)
+    if event == "PostToolUse":
+        return await _post_tool(client, scope, where, tool, args)
+    return HookAnswer(None)
+
+
+async def run_hook(raw: str, *, url: str, token: str, scope: str,
+                   root: str | None = None) -> HookAnswer:
+    """`corral hook`: parse the event, ask the server, and answer; any failure to reach a
+    decision denies a PreToolUse (exit 2) and reports a PostToolUse (exit 1)."""
+    try:
+        payload = json.loads(raw)
+        if not isinstance(payload, dict):
+            raise ValueError("the hook input is not a JSON object")
+    except ValueError as e:
+        return HookAnswer(None, 2, f"corral hook: bad input: {e}")
+    try:
+        async with CorralClient(url, token) as client:
+            return await handle(payload, client, scope, root=root)
+    except Exception as e:  # the server is down, refused, or the checkout is unreadable
+        post = payload.get("hook_event_name") == "PostToolUse"
+        return HookAnswer(None, 1 if post else 2,
+                          f"corral hook: no decision from the supervisor at {url}: "
+                          f"{type(e).__name__}: {e}")
