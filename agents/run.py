@@ -11,6 +11,7 @@ also when a model call fails.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import subprocess
 import time
@@ -66,6 +67,10 @@ class RunReport:
     supervisor_actions: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    exports: dict[str, str] = field(default_factory=dict)
+    """Branches left in the repository for agents whose work did not merge."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings about the run's input (e.g. uncommitted changes left out)."""
 
     @property
     def ok(self) -> bool:
@@ -85,6 +90,7 @@ class RunReport:
                  "commit": m.commit} for m in self.merges
             ],
             "supervisor_actions": self.supervisor_actions, "errors": self.errors,
+            "exports": self.exports, "notes": self.notes,
         }
 
 
@@ -100,6 +106,42 @@ def parse_supervisor(spec: str) -> tuple[list[Policy], str | None]:
         return [ConflictGuard()], spec.removeprefix("llm:")
     raise ValueError(f"unknown supervisor {spec!r}: use conflict-guard, llm:PROVIDER/MODEL "
                      "or none")
+
+
+def models_per_agent(models: str | Sequence[str], tasks: Sequence[str]) -> list[str]:
+    """One model spec per task: one spec for all, or one per task, in order (so a
+    scripted model server can serve each agent its own steps). Raises ValueError."""
+    specs = [models] if isinstance(models, str) else list(models)
+    if len(specs) == 1:
+        return specs * len(tasks)
+    if len(specs) != len(tasks):
+        raise ValueError(f"give --model once, or once per --task ({len(tasks)} tasks, "
+                         f"{len(specs)} models)")
+    return specs
+
+
+def check_run(repo: str | Path, tasks: Sequence[str], models: str | Sequence[str],
+              supervisor: str) -> list[str]:
+    """Check a run's input before any work; returns notes worth a warning.
+    Raises ValueError (bad task, model or supervisor), CorralError (bad repository)."""
+    if not tasks:
+        raise ValueError("give at least one task")
+    models_per_agent(models, tasks)
+    parse_supervisor(supervisor)
+    path = Path(repo)
+    try:
+        git = pygit2.Repository(str(path))
+    except pygit2.GitError as e:
+        raise CorralError(f"{path} is not a git repository", cause=e) from e
+    if git.head_is_unborn:
+        raise CorralError(f"{path} has no commit yet: corral run starts from HEAD")
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True).stdout
+    if dirty.strip():
+        count = len(dirty.strip().splitlines())
+        return [f"{path} has uncommitted changes to {count} file(s): the agents start from "
+                "HEAD without them (commit or stash them to include them)"]
+    return []
 
 
 def _task_text(name: str, task: str, team: Sequence[tuple[str, str]]) -> str:
@@ -124,7 +166,7 @@ async def run_tasks(
     repo: str | Path,
     tasks: Sequence[str],
     *,
-    model: str,
+    model: str | Sequence[str],
     base_url: str | None = None,
     supervisor: str = "conflict-guard",
     state: str | Path | None = None,
@@ -135,17 +177,21 @@ async def run_tasks(
     backend: str | None = None,
     progress: Callable[[Event], None] | None = None,
     provider: Provider | None = None,
+    squash: bool = False,
     agent: str = "builtin",
 ) -> RunReport:
-    """Run one coding agent per task and leave the merged result as `corral/<run-id>`.
+    """Run one coding agent per task and leave the merged result as `corral/<run-id>`
+    (one commit over HEAD with `squash`, else the trace's history); an agent whose work
+    did not merge is left as `corral/<run-id>-<agent>`.
 
-    `agent` is `builtin`, another name of the `corral.agents` group (`mini-swe-agent`) or a
-    `module:attr` path (see `agents.entry`). Returns the report (agents' results, merges,
-    errors). Raises ModelError for a missing API key, ValueError for a bad model, supervisor
-    or agent spec, CorralError for a bad repository.
+    `model` is one spec for every agent, or one per task. `agent` is `builtin`, another
+    name of the `corral.agents` group (`mini-swe-agent`) or a `module:attr` path (see
+    `agents.entry`). Returns the report (agents' results, merges, exports, errors).
+    Raises ModelError for a missing API key, ValueError for a bad model, supervisor or
+    agent spec, CorralError for a bad repository.
     """
-    if not tasks:
-        raise ValueError("give at least one task")
+    notes = check_run(repo, tasks, model, supervisor)
+    specs = models_per_agent(model, tasks)
     try:
         agent_fn = None if agent == "builtin" else load_agent(agent)
     except LookupError as e:
@@ -158,9 +204,18 @@ async def run_tasks(
     run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     state_dir = Path(state) if state is not None else default_state(repo, run_id)
     policies, meta_spec = parse_supervisor(supervisor)
-    worker_provider = provider or provider_from_spec(model, base_url)
+    providers: dict[str, Provider] = {}
+    try:
+        for spec in specs:
+            if spec not in providers:
+                providers[spec] = provider or provider_from_spec(spec, base_url)
+    except BaseException:
+        for p in providers.values():
+            await p.aclose()
+        raise
     meta_provider = provider_from_spec(meta_spec, base_url) if meta_spec else None
-    report = RunReport(run_id, str(repo), str(state_dir), model, supervisor)
+    report = RunReport(run_id, str(repo), str(state_dir), ",".join(dict.fromkeys(specs)),
+                       supervisor, notes=notes)
     names = [f"agent-{i}" for i in range(1, len(tasks) + 1)]
     team = list(zip(names, tasks, strict=True))
     try:
@@ -169,14 +224,14 @@ async def run_tasks(
             workers: list[CodingAgent | _External] = [
                 CodingAgent(
                     coord, await coord.root.fork(name),
-                    ModelCaller(coord, worker_provider, attempts=retries),
+                    ModelCaller(coord, providers[spec], attempts=retries),
                     _task_text(name, task, team), max_steps=max_steps, max_tokens=max_tokens,
                 ) if agent_fn is None else _External(
                     agent_fn, coord, await coord.root.fork(name), _task_text(name, task, team),
-                    provider=worker_provider, max_steps=max_steps, max_tokens=max_tokens,
+                    provider=providers[spec], max_steps=max_steps, max_tokens=max_tokens,
                     retries=retries,
                 )
-                for name, task in team
+                for (name, task), spec in zip(team, specs, strict=True)
             ]
             meta = None
             if meta_provider is not None:
@@ -197,16 +252,26 @@ async def run_tasks(
             report.errors.extend(f"{r.name}: {r.error}" for r in report.agents if r.error)
             for w in workers:
                 report.merges.append(await _merge(coord, w, results[w.name]))
+            await coord.checkpoint()  # git push reads the repository on disk
             if any(m.outcome == "merged" for m in report.merges):
                 # Only a run that merged something leaves a branch: one at the
                 # base commit would look like a result.
-                head = coord.root.head
-                report.commit = head
                 report.branch = f"corral/{run_id}"
-                await coord.checkpoint()  # git push reads the repository on disk
-                _push(coord.trace.path, repo, head, report.branch)
+                report.commit = await coord.io(
+                    _export, coord, coord.root.head, repo, report.branch,
+                    f"corral run {run_id}: " + "; ".join(tasks) if squash else None)
+            for m in report.merges:
+                if m.outcome in ("merged", "empty") or not results[m.agent].patch:
+                    continue
+                branch = f"corral/{run_id}-{m.agent}"
+                scope = coord.scopes[m.agent]
+                await coord.io(_export, coord, scope.head, repo, branch,
+                               f"corral run {run_id}, {m.agent} ({m.outcome}): "
+                               f"{dict(team)[m.agent]}" if squash else None)
+                report.exports[m.agent] = branch
     finally:
-        await worker_provider.aclose()
+        for p in providers.values():
+            await p.aclose()
         if meta_provider is not None:
             await meta_provider.aclose()
         report.seconds = time.monotonic() - started
@@ -286,6 +351,31 @@ async def _merge(coord: Coordinator, w: CodingAgent | _External,
     return MergeSummary(w.name, "merged", commit=merged.commit)
 
 
+def _export(coord: Coordinator, head: str, repo: Path, branch: str,
+            squash_message: str | None) -> str:
+    """Push `head` into the user's repository as `branch`; with a message, first squash
+    it into one commit over the snapshot (the tree of `head`, no trace records).
+    Returns the commit pushed."""
+    trace = coord.trace
+    commit = head
+    if squash_message is not None:
+        snapshot = trace.snapshot()
+        assert snapshot is not None
+        # with git itself: the trace's own writes go to its journal first, and git
+        # push reads only what is on disk (the caller checkpointed the trace)
+        env = {**os.environ, "GIT_AUTHOR_NAME": "corral", "GIT_AUTHOR_EMAIL": "corral@localhost",
+               "GIT_COMMITTER_NAME": "corral", "GIT_COMMITTER_EMAIL": "corral@localhost"}
+        proc = subprocess.run(
+            ["git", "--git-dir", str(trace.path), "commit-tree", "-p", snapshot,
+             "-m", squash_message, str(trace.commit(head).tree_id)],
+            capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise CorralError(f"could not squash {branch}: {proc.stderr.strip()}")
+        commit = proc.stdout.strip()
+    _push(trace.path, repo, commit, branch)
+    return commit
+
+
 def _push(trace: Path, repo: Path, commit: str, branch: str) -> None:
     """Put `commit` into the user's repository as `branch`, leaving its working tree alone."""
     proc = subprocess.run(
@@ -304,7 +394,16 @@ def _push(trace: Path, repo: Path, commit: str, branch: str) -> None:
 async def run_with_progress(
     console: Console, repo: str | Path, tasks: Sequence[str], **options: Any
 ) -> RunReport:
-    """`run_tasks` with a live progress display (one bar per agent: steps of max)."""
+    """`run_tasks` with a live progress display (one bar per agent: steps of max). The
+    input is checked first, so a mistake is reported before any bar is drawn."""
+    supervisor = options.get("supervisor", "conflict-guard")
+    notes = check_run(repo, tasks, options["model"], supervisor)
+    _, meta_spec = parse_supervisor(supervisor)
+    for spec in {*models_per_agent(options["model"], tasks), *([meta_spec] if meta_spec else [])}:
+        # a missing key or a bad spec fails here, before the bars
+        await provider_from_spec(spec, options.get("base_url")).aclose()
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
     max_steps = int(options.get("max_steps", 30))
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -352,6 +451,8 @@ def render_report(report: RunReport) -> Table:
 
 def _caption(report: RunReport) -> str:
     where = f"branch {report.branch} at {report.commit[:12]}" if report.commit else "no branch"
+    if report.exports:
+        where += "; not merged: " + ", ".join(report.exports.values())
     acts = f"; supervisor: {len(report.supervisor_actions)} actions" if (
         report.supervisor_actions) else ""
     return f"{where} in {report.repo}; trace in {report.state}{acts} ({report.seconds:.1f}s)"

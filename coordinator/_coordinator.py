@@ -150,7 +150,8 @@ class Coordinator:
             snapshot = trace.snapshot()
             if snapshot is None:
                 if repo is None:
-                    raise StateError(f"{state} holds no snapshot yet: give repo= to create it")
+                    raise StateError(f"{state} holds no snapshot yet: give the repository to "
+                                     "snapshot (--repo on the command line, repo= in Python)")
                 snapshot = trace.import_snapshot(Path(repo), base)
                 trace.set_ref(SCOPE_PREFIX + "root", snapshot)
             elif repo is not None:

@@ -1,10 +1,19 @@
 """Which paths the trace does not put in its trees: those matched by the
-repository's .gitignore files. Their content is still recorded, beside the
-tree: in the effect that wrote them (`ignored_files`) and in a per-scope tree
-of them (`Trace.ignored_files`), so nothing acknowledged is lost over a restart."""
+repository's .gitignore files, and by default the caches tools leave behind
+(`DEFAULT_IGNORES`). Their content is still recorded, beside the tree: in the
+effect that wrote them (`ignored_files`) and in a per-scope tree of them
+(`Trace.ignored_files`), so nothing acknowledged is lost over a restart.
+
+Without the defaults, a command run in a repository with no .gitignore (say `pytest`)
+committed `.pytest_cache/` and `__pycache__/` into the agent's branch and on into every
+merge. They are the lowest rule: the repository's .gitignore overrides them (`!.pytest_cache/`
+keeps that cache in the tree), and `$CORRAL_DEFAULT_IGNORES` replaces them (patterns
+separated by commas; empty: none).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -18,7 +27,21 @@ from ._effects import FileChange
 if TYPE_CHECKING:
     from ._trace import Trace
 
-__all__ = ["IgnoreRules", "load_ignored", "store_ignored"]
+__all__ = ["DEFAULT_IGNORES", "IgnoreRules", "default_ignores", "load_ignored", "store_ignored"]
+
+DEFAULT_IGNORES = (
+    "__pycache__/", "*.py[co]", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/",
+    ".hypothesis/", ".tox/", ".nox/", ".coverage", ".cache/",
+)
+"""Tool caches never recorded unless the repository's .gitignore says otherwise."""
+
+
+def default_ignores() -> tuple[str, ...]:
+    """DEFAULT_IGNORES, or the patterns in $CORRAL_DEFAULT_IGNORES when it is set."""
+    value = os.environ.get("CORRAL_DEFAULT_IGNORES")
+    if value is None:
+        return DEFAULT_IGNORES
+    return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
 @lru_cache(maxsize=256)
@@ -33,9 +56,12 @@ class IgnoreRules:
     path depth, not the repository), as git does for a single path.
     """
 
-    def __init__(self, repo: pygit2.Repository, tree: pygit2.Tree) -> None:
+    def __init__(self, repo: pygit2.Repository, tree: pygit2.Tree,
+                 defaults: tuple[str, ...] | None = None) -> None:
         self._repo = repo
         self._tree = tree
+        patterns = default_ignores() if defaults is None else defaults
+        self._defaults = _spec("\n".join(patterns).encode()) if patterns else None
 
     def _rules(self, directory: str) -> pathspec.PathSpec | None:
         try:
@@ -50,6 +76,8 @@ class IgnoreRules:
         """True when git would ignore `path` (a file) given this tree's .gitignore files."""
         parts = path.split("/")
         verdict = False
+        if self._defaults is not None:  # the lowest rule: any .gitignore overrides it
+            verdict = bool(self._defaults.check_file(path).include)
         for depth in range(len(parts)):
             directory = "/".join(parts[:depth])
             spec = self._rules(directory)

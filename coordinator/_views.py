@@ -9,6 +9,7 @@ documents them with the rest.
 from __future__ import annotations
 
 import heapq
+import weakref
 from itertools import pairwise
 from typing import Literal
 
@@ -150,6 +151,23 @@ def _lanes(trace: Trace, archived: bool) -> list[tuple[str, str, str]]:
     return out
 
 
+_SEEN: weakref.WeakKeyDictionary[Trace, dict[str, TraceEntry]] = weakref.WeakKeyDictionary()
+_SEEN_MAX = 50_000
+
+
+def _show(trace: Trace, commit: str) -> TraceEntry:
+    """trace.show, remembered: a commit never changes, and the page asks for the
+    graph after every effect, so each record is decoded once, not once a refresh."""
+    seen = _SEEN.setdefault(trace, {})
+    entry = seen.get(commit)
+    if entry is None:
+        entry = trace.show(commit)
+        if len(seen) >= _SEEN_MAX:
+            seen.clear()
+        seen[commit] = entry
+    return entry
+
+
 def graph_of(trace: Trace, *, archived: bool = False, limit: int = 500) -> GraphOut:
     """The branch graph: each lane's commits back to where it meets an earlier lane
     (its fork point) or the snapshot, newest `limit` per lane; nodes oldest first."""
@@ -165,7 +183,7 @@ def graph_of(trace: Trace, *, archived: bool = False, limit: int = 500) -> Graph
         shown = 0
         more = False
         while commit is not None and commit not in owner:
-            entry = trace.show(commit)
+            entry = _show(trace, commit)
             if entry.effect is None:
                 break
             if shown == limit:
@@ -335,6 +353,8 @@ async def proposed(request: web.Request) -> web.Response:
     blob = request.query.get("blob") or None
     if not path:
         raise BadRequest("give the path the intent writes")
+    if "\x00" in path or path.startswith("/") or ".." in path.split("/"):
+        raise BadRequest(f"{path!r} is not a relative path inside the workspace")
     if blob is not None and (len(blob) != 40 or any(c not in "0123456789abcdef" for c in blob)):
         raise BadRequest(f"{blob!r} is not a full hex blob id")
     return _json(await hub.c.io(proposed_of, hub.c.trace, request.match_info["commit"], path,

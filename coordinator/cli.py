@@ -99,7 +99,9 @@ def demo(
 def run_cmd(
     repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")],
     task: Annotated[list[str], typer.Option("--task", help="A task; repeat for more agents.")],
-    model: Annotated[str, typer.Option(help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini.")],
+    model: Annotated[list[str], typer.Option(
+        help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini: once for every agent, or once per "
+        "--task (in order, e.g. one scripted model per agent).")],
     base_url: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
@@ -117,6 +119,9 @@ def run_cmd(
     ] = None,
     retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
     backend: BackendOpt = None,
+    squash: Annotated[bool, typer.Option(
+        "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
+        "history (one commit per effect).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     agent: Annotated[str, typer.Option(
         help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
@@ -131,7 +136,7 @@ def run_cmd(
         report = asyncio.run(run_with_progress(
             err if json_out else console, repo, task, model=model, base_url=base_url,
             supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
-            retries=retries, backend=backend, agent=agent,
+            retries=retries, backend=backend, squash=squash, agent=agent,
         ))
     except (CorralError, ModelError, ValueError) as e:
         _fail(str(e))

@@ -28,4 +28,5 @@ def api_key_for(explicit: str | None, env_var: str, base_url: str | None) -> str
         return from_env
     if base_url is not None and urlsplit(base_url).hostname in _LOOPBACK:
         return "local"
-    raise ModelError(f"{env_var} is not set (export it, or pass api_key=)")
+    raise ModelError(f"{env_var} is not set: export it (from Python, api_key= works "
+                     "too); a --base-url on loopback needs no key")

@@ -129,3 +129,13 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
             event = await asyncio.wait_for(first, 10)
             assert event["effect"]["scope"] == "bob", filters
             await stream.aclose()
+
+
+def test_errors_speak_the_command_lines_language(tmp_path: Path) -> None:
+    """serve on an empty state without --repo names --repo, not a Python parameter."""
+    proc = subprocess.run([*CORRAL, "serve", "--state", str(tmp_path / "empty"), "--port", "0",
+                           "--backend", "copy"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CORRAL_ADMIN_TOKEN": "a.x"})
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 1, proc.stderr
+    assert "--repo on the command line" in message and "Traceback" not in proc.stderr

@@ -97,7 +97,9 @@ async def test_login_form_hides_and_the_graph_shows_every_branch(run: Run):
         assert lanes == ["root", "alice", "bob", "bob (rewound)", "docs (discarded)"]
         ids = await page.eval_on_selector_all(".grow.effect", "els => els.map(e => e.dataset.id)")
         assert {"bob#3", "bob#4", "docs#1", "docs#3"} <= set(ids)
-        await _shot(page, "graph-archived")
+        await page.click(f".grow[data-commit='{run.commits['bob_blocked']}']")
+        await page.wait_for_selector("#detail-body .reason")
+        await _shot(page, "graph-archived")  # (the README's picture)
 
 
 async def test_clicking_effects_shows_diff_output_model_call_and_cause(run: Run):

@@ -64,6 +64,10 @@ async def test_views_over_http(tmp_path, sample_repo):
         _, ob = await _get(http, url + "/v1/scopes/bob/overview")
         assert ob["blocked"] == 1 and ob["tokens"]["calls"] == 0
 
+        for bad in ("x%00y", "/etc/passwd", "../x"):
+            status, err = await _get(http, url + f"/v1/trace/{held.effect.parent}/proposed"
+                                     f"?path={bad}")
+            assert status == 400 and err["error"] == "BadRequest", bad
         status, _ = await _get(http, url + "/v1/graph", headers={})
         assert status == 401
         status, err = await _get(http, url + "/v1/graph?limit=0")
