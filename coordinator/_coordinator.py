@@ -157,6 +157,7 @@ class Coordinator:
             coord._lockfile = lockfd
             coord.metrics.watch_journal(trace.journal)
             coord._load_scopes(snapshot)
+            trace.release_handle()  # this thread may never run again
             trace.start()
             return coord
         except BaseException:
@@ -312,4 +313,8 @@ class Coordinator:
         if self._lockfile is None:
             raise CorralError("the coordinator is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(self._pool, self._job, partial(fn, *args, **kwargs))
+
+    def _job(self, fn: Callable[[], T]) -> T:
+        self.trace.renew_handle()  # between jobs, an io thread holds no git object
+        return fn()

@@ -333,10 +333,25 @@ def _entry(e: TraceEntry) -> TraceEntryOut:
                          subject=e.subject, effect=e.effect)
 
 
+LOG_PAGE_MAX = 1000
+"""The most entries one page of `/log` holds."""
+
+
 async def log(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    entries = await hub.c.io(hub.c.trace.log, scope.head)
-    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+    raw_limit, before = request.query.get("limit"), request.query.get("before")
+    if raw_limit is None and before is None:  # the whole branch, oldest first
+        entries = await hub.c.io(hub.c.trace.log, scope.head)
+        return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+    try:
+        limit = int(raw_limit) if raw_limit is not None else 50
+    except ValueError as e:
+        raise BadRequest(f"limit must be an integer, not {raw_limit!r}") from e
+    if not 1 <= limit <= LOG_PAGE_MAX:
+        raise BadRequest(f"limit must be between 1 and {LOG_PAGE_MAX}")
+    page = await hub.c.io(hub.c.trace.log_page, scope.head, limit=limit, before=before)
+    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
+                             next=page.next))
 
 
 async def show(request: web.Request) -> web.Response:
@@ -426,7 +441,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", _S + "/handoff", handoff,
           "Supervisor: this scope takes over another's work (merge, strategy theirs)",
           body=HandoffRequest, response=MergeResponse, auth="admin", tag="supervisor"),
-    Route("GET", _S + "/log", log, "Effects on the scope's branch, oldest first",
+    Route("GET", _S + "/log", log,
+          "Effects on the scope's branch: all, oldest first; or, with limit or before, "
+          "one page, newest first, and the cursor to the next",
+          query=(Query("limit", f"Entries per page (1-{LOG_PAGE_MAX}; default 50 when "
+                                "`before` is given)", type="integer"),
+                 Query("before", "A previous page's `next`: the page starts below it")),
           response=LogResponse, tag="trace"),
     Route("GET", "/v1/trace/{commit}", show, "One trace commit with its effect",
           response=TraceEntryOut, tag="trace"),
