@@ -77,6 +77,8 @@ class Coordinator:
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
+        self.cursor_key = os.urandom(16)
+        """Signs the log cursors the HTTP API hands out (valid while this runs)."""
 
     # -- lifecycle ----------------------------------------------------------------
 

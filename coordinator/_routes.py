@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,6 +46,7 @@ from ._api import (
 from ._auth import Forbidden, Principal, Tokens
 from ._effect_path import Result
 from ._effects import ExecOutcome, Intent, Message, NoOutcome, Outcome, SupervisorAction
+from ._errors import NotFound
 from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
@@ -349,9 +352,30 @@ async def log(request: web.Request) -> web.Response:
         raise BadRequest(f"limit must be an integer, not {raw_limit!r}") from e
     if not 1 <= limit <= LOG_PAGE_MAX:
         raise BadRequest(f"limit must be between 1 and {LOG_PAGE_MAX}")
-    page = await hub.c.io(hub.c.trace.log_page, scope.head, limit=limit, before=before)
+    below = _uncursor(hub, scope.name, before) if before is not None else None
+    page = await hub.c.io(hub.c.trace.log_page, scope.head, limit=limit, before=below)
+    after = _cursor(hub, scope.name, page.next) if page.next is not None else None
     return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
-                             next=page.next))
+                             next=after))
+
+
+def _cursor_mac(hub: Hub, scope: str, commit: str) -> str:
+    msg = f"{scope}\0{commit}".encode()
+    return hmac.new(hub.c.cursor_key, msg, hashlib.sha256).hexdigest()[:20]
+
+
+def _cursor(hub: Hub, scope: str, commit: str) -> str:
+    """A log cursor: the commit to continue below, signed for this scope, so a
+    cursor needs no walk to check that it lies on the scope's branch."""
+    return f"{commit}.{_cursor_mac(hub, scope, commit)}"
+
+
+def _uncursor(hub: Hub, scope: str, cursor: str) -> str:
+    commit, _, mac = cursor.partition(".")
+    if not hmac.compare_digest(mac.encode(), _cursor_mac(hub, scope, commit).encode()):
+        raise NotFound(f"{cursor!r} is not a cursor of scope {scope!r}'s log "
+                       "(cursors last while the server runs)")
+    return commit
 
 
 async def show(request: web.Request) -> web.Response:

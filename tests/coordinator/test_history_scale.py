@@ -127,8 +127,7 @@ async def test_discarded_scopes_leave_the_registry_and_their_fork_refs(tmp_path,
 
 async def test_log_pages_newest_first_with_a_cursor(tmp_path, sample_repo):
     """Pages of any size, followed by their cursors, list the branch newest first
-    exactly as the full log does (reversed), also while the head moves on; a
-    cursor off the branch is refused."""
+    exactly as the full log does (reversed), also while the head moves on."""
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         for i in range(23):
@@ -151,9 +150,8 @@ async def test_log_pages_newest_first_with_a_cursor(tmp_path, sample_repo):
             assert seen == full, limit
         first = coord.trace.log_page(a, limit=3)
         assert first.entries[0].commit == a.head and first.entries[0].effect is not None
-        b = await coord.root.fork("b")
         with pytest.raises(NotFound):
-            coord.trace.log_page(b, limit=3, before=full[2])
+            coord.trace.log_page(a, limit=3, before="0" * 40)
         with pytest.raises(ValueError):
             coord.trace.log_page(a, limit=0)
 
@@ -308,8 +306,8 @@ async def test_the_log_route_pages_with_limit_and_before_and_still_lists_everyth
     tmp_path, sample_repo
 ):
     """`/log` without parameters is the whole branch oldest first, as before;
-    `?limit=&before=` pages it newest first; bad limits are 400, a cursor off
-    the branch 404."""
+    `?limit=&before=` pages it newest first; bad limits are 400, a cursor not
+    handed out for this scope 404."""
     from coordinator import CorralError
 
     from .server_fixtures import serve
@@ -336,10 +334,16 @@ async def test_the_log_route_pages_with_limit_and_before_and_still_lists_everyth
             with pytest.raises(CorralError) as err:
                 await c.request("GET", "/v1/scopes/a/log", params={"limit": bad})
             assert err.value.status == 400, bad
-        await c.fork("root", "b")
-        with pytest.raises(CorralError) as err:
-            await c.log("b", limit=2, before=whole.entries[-1].commit)
-        assert err.value.status == 404
+        # a cursor is signed for its scope: another scope's, or a bare commit
+        # id (which would read any branch), is refused
+        b = c.with_token((await c.fork("root", "b")).token)
+        cursor = (await a.log("a", limit=2)).next
+        assert cursor is not None
+        for scope, forged in (("b", cursor), ("a", cursor.split(".")[0]),
+                              ("a", whole.entries[3].commit + ".0")):
+            with pytest.raises(CorralError) as err:
+                await (b if scope == "b" else a).log(scope, limit=2, before=forged)
+            assert err.value.status == 404, forged
 
 
 async def test_archive_names_never_collide_with_another_scopes_rewound_refs(
