@@ -374,7 +374,10 @@ class TraceEntryOut(_Response):
 class LogResponse(_Response):
     scope: str
     entries: list[TraceEntryOut]
-    """Effects on the scope's branch, oldest first."""
+    """Effects on the scope's branch, oldest first; newest first in a page
+    (when `limit` or `before` was given)."""
+    next: str | None = None
+    """In a page: pass as `before` for the next (older) page; None on the last."""
 
 
 class MessagesOut(_Response):

@@ -89,6 +89,8 @@ class Coordinator:
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
         self._forking: set[str] = set()
         """Names claimed by forks in progress (see `_claim_name`)."""
+        self.cursor_key = os.urandom(16)
+        """Signs the log cursors the HTTP API hands out (valid while this runs)."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -172,6 +174,7 @@ class Coordinator:
             coord.metrics.watch_journal(trace.journal)
             coord.metrics.watch_events(coord.events)
             coord._load_scopes(snapshot)
+            trace.release_handle()  # this thread may never run again
             trace.start()
             return coord
         except BaseException:
@@ -347,4 +350,8 @@ class Coordinator:
         if self._lockfile is None:
             raise CorralError("the coordinator is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(self._pool, self._job, partial(fn, *args, **kwargs))
+
+    def _job(self, fn: Callable[[], T]) -> T:
+        self.trace.renew_handle()  # between jobs, an io thread holds no git object
+        return fn()

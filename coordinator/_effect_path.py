@@ -135,6 +135,7 @@ class EffectPath:
         # Backpressure: while the trace's journal is full (writers outran its
         # checkpoints), effects wait here instead of the journal growing.
         await coord.trace.journal.room()
+        coord.trace.renew_handle()
         pending = self._next_effect(intent, cause=cause)
         coord._pending[pending.id] = pending
         coord.events.publish(Event("intent", pending))

@@ -144,8 +144,12 @@ class History:
     def _unique_ref(self, prefix: str) -> str:
         # Probe names one by one: listing every ref grows with the trace's history.
         trace = self._coord.trace
+        head, _, tail = prefix.rpartition("/")
+        if head != ARCHIVE_PREFIX.rstrip("/") and trace.ref(head) is not None:
+            # `archive/x-3` is another scope's discard: no refs can go below it
+            prefix = f"{head}.{tail}"
         n = self._seq
-        while trace.ref(f"{prefix}{n}") is not None:
+        while not trace.ref_name_free(f"{prefix}{n}"):
             n += 1
         return f"{prefix}{n}"
 

@@ -374,7 +374,8 @@ class Journal:
             if self.collect_after_checkpoint:
                 self.collect_after_checkpoint = False
                 gc.collect()
-            self._roll_up_packs()
+            if done is not None and done[1]:  # a new pack
+                self._roll_up_packs()
         if wait and self._rollup is not None:
             self._rollup.join()
         return done is not None

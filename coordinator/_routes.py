@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,6 +57,7 @@ from ._effects import (
     Outcome,
     SupervisorAction,
 )
+from ._errors import NotFound
 from ._gate import Held
 from ._hub import HUB, Hub
 from ._openapi import Query, Route
@@ -388,10 +391,46 @@ def _entry(e: TraceEntry) -> TraceEntryOut:
                          subject=e.subject, effect=e.effect)
 
 
+LOG_PAGE_MAX = 1000
+"""The most entries one page of `/log` holds."""
+
+
 async def log(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    entries = await hub.c.io(hub.c.trace.log, scope.head)
-    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+    raw_limit, before = request.query.get("limit"), request.query.get("before")
+    if raw_limit is None and before is None:  # the whole branch, oldest first
+        entries = await hub.c.io(hub.c.trace.log, scope.head)
+        return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+    try:
+        limit = int(raw_limit) if raw_limit is not None else 50
+    except ValueError as e:
+        raise BadRequest(f"limit must be an integer, not {raw_limit!r}") from e
+    if not 1 <= limit <= LOG_PAGE_MAX:
+        raise BadRequest(f"limit must be between 1 and {LOG_PAGE_MAX}")
+    below = _uncursor(hub, scope.name, before) if before is not None else None
+    page = await hub.c.io(hub.c.trace.log_page, scope.head, limit=limit, before=below)
+    after = _cursor(hub, scope.name, page.next) if page.next is not None else None
+    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
+                             next=after))
+
+
+def _cursor_mac(hub: Hub, scope: str, commit: str) -> str:
+    msg = f"{scope}\0{commit}".encode()
+    return hmac.new(hub.c.cursor_key, msg, hashlib.sha256).hexdigest()[:20]
+
+
+def _cursor(hub: Hub, scope: str, commit: str) -> str:
+    """A log cursor: the commit to continue below, signed for this scope, so a
+    cursor needs no walk to check that it lies on the scope's branch."""
+    return f"{commit}.{_cursor_mac(hub, scope, commit)}"
+
+
+def _uncursor(hub: Hub, scope: str, cursor: str) -> str:
+    commit, _, mac = cursor.partition(".")
+    if not hmac.compare_digest(mac.encode(), _cursor_mac(hub, scope, commit).encode()):
+        raise NotFound(f"{cursor!r} is not a cursor of scope {scope!r}'s log "
+                       "(cursors last while the server runs)")
+    return commit
 
 
 async def show(request: web.Request) -> web.Response:
@@ -490,7 +529,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", _S + "/handoff", handoff,
           "Supervisor: this scope takes over another's work (merge, strategy theirs)",
           body=HandoffRequest, response=MergeResponse, auth="admin", tag="supervisor"),
-    Route("GET", _S + "/log", log, "Effects on the scope's branch, oldest first",
+    Route("GET", _S + "/log", log,
+          "Effects on the scope's branch: all, oldest first; or, with limit or before, "
+          "one page, newest first, and the cursor to the next",
+          query=(Query("limit", f"Entries per page (1-{LOG_PAGE_MAX}; default 50 when "
+                                "`before` is given)", type="integer"),
+                 Query("before", "A previous page's `next`: the page starts below it")),
           response=LogResponse, tag="trace"),
     Route("GET", "/v1/trace/{commit}", show, "One trace commit with its effect",
           response=TraceEntryOut, tag="trace"),

@@ -13,7 +13,6 @@ append, moved into the repository as a pack at each checkpoint.
 
 from __future__ import annotations
 
-import gc
 import re
 import subprocess
 import threading
@@ -128,8 +127,10 @@ class Trace:
         history, the journal's not-yet-checkpointed part included."""
         self.path = path
         _limit_libgit2_memory()
-        self._handles: dict[int, pygit2.Repository] = {}
-        """Each thread's repository handle, by thread id (see `repo`)."""
+        self._handles: dict[int, tuple[int, pygit2.Repository]] = {}
+        """Each thread's repository handle, by thread id, with the generation of
+        packs it was opened in (see `renew_handle`)."""
+        self._generation = 0
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
         self._author = author
         if not (path / "HEAD").exists():
@@ -147,10 +148,10 @@ class Trace:
 
     @property
     def repo(self) -> pygit2.Repository:
-        """This thread's repository handle."""
+        """This thread's repository handle (the same one until `renew_handle`)."""
         ident = threading.get_ident()
-        repo = self._handles.get(ident)
-        if repo is None:
+        held = self._handles.get(ident)
+        if held is None:
             repo = pygit2.Repository(str(self.path))
             # The journal's objects first, then the packs and loose objects on disk.
             objects = str(self.path / "objects")
@@ -159,21 +160,35 @@ class Trace:
             odb.add_backend(pygit2.OdbBackendPack(objects), 2)
             odb.add_backend(pygit2.OdbBackendLoose(objects, -1, False), 1)
             repo.set_odb(odb)
-            self._handles[ident] = repo
-        return repo
+            held = self._handles[ident] = (self._generation, repo)
+        return held[1]
+
+    def renew_handle(self) -> None:
+        """Call where this thread holds no pygit2 object (the start of a unit of
+        work): if a roll-up deleted packs since this thread's handle was
+        opened, drop it. libgit2 keeps a pack's file open while a handle that
+        read it lives; objects of two handles must not meet, hence only here.
+        A pygit2 Repository sits in a reference cycle (its `references` point
+        back to it): the cycle collector frees it after the next checkpoint."""
+        held = self._handles.get(threading.get_ident())
+        if held is not None and held[0] != self._generation:
+            del self._handles[threading.get_ident()]
+            self.journal.collect_after_checkpoint = True
+
+    def release_handle(self) -> None:
+        """This thread is done with the trace (it may never run again): drop its
+        handle."""
+        if self._handles.pop(threading.get_ident(), None) is not None:
+            self.journal.collect_after_checkpoint = True
 
     def _renew_handles(self) -> None:
-        """A roll-up deleted packs: forget every thread's handle. libgit2 keeps a
-        pack's file open while a handle that read it lives, and a thread-local
-        handle of a thread that never runs again (an idle executor's) would
-        live forever. A thread using its handle right now keeps it (Python's
-        reference) until done, then takes a new one. A pygit2 Repository sits in
-        a reference cycle (its `references` point back to it), so only the
-        cycle collector frees it: run it now, and once more after the next
-        checkpoint for the handles that were in use just now."""
-        self._handles = {}
+        """A roll-up deleted packs: every handle is stale from now on; handles
+        of threads that are gone are dropped at once."""
+        self._generation += 1
+        alive = {t.ident for t in threading.enumerate()}
+        for ident in [i for i in self._handles if i not in alive]:
+            self._handles.pop(ident, None)
         self.journal.collect_after_checkpoint = True
-        gc.collect()
 
     def start(self) -> None:
         """Checkpoint the journal in the background from now on."""
@@ -487,6 +502,34 @@ class Trace:
         if moves:
             self.journal.move_refs(moves)
 
+    def ref_name_free(self, name: str) -> bool:
+        """Whether a ref `name` can be created: none by that name, none that is
+        a directory of it (`a/b` when `a/b/c` exists) or that it is a directory
+        of (`a/b/c` when `a/b` exists). Scope names may hold '-' and digits, so
+        scope `x`'s third discard `archive/x-3` and scope `x-3`'s rewinds
+        `archive/x-3/rewound-<n>` can meet; git refuses the second."""
+        if self.ref(name) is not None:
+            return False
+        parts = name.split("/")
+        for i in range(2, len(parts)):
+            if self.ref("/".join(parts[:i])) is not None:
+                return False
+        below = name + "/"
+        if (self.path / below).is_dir() and any((self.path / below).iterdir()):
+            return False
+        if any(r.startswith(below) and t is not None
+               for r, t in self.journal.ref_moves().items()):
+            return False
+        return not any(r.startswith(below) for r in self._packed_refs())
+
+    def _packed_refs(self) -> list[str]:
+        try:
+            text = (self.path / "packed-refs").read_text()
+        except FileNotFoundError:
+            return []
+        return [ln.split(" ", 1)[1] for ln in text.splitlines()
+                if ln and ln[0] not in "#^" and " " in ln]
+
     def fork_point(self, scope: str) -> str | None:
         """The fork commit of live scope `scope` (None for root, and for scopes
         forked before fork refs were kept)."""
@@ -586,23 +629,21 @@ class Trace:
 
     def log_page(self, head: object, *, limit: int = 50, before: str | None = None) -> LogPage:
         """Up to `limit` effects of the first-parent line ending at `head` (a
-        commit id, or a scope: its head), newest first, starting below commit
-        `before` (a previous page's `next`) or at `head`. Cost follows `limit`,
-        not the length of the branch.
+        commit id, or a scope: its head), newest first, starting at `head` or,
+        given `before` (a previous page's `next`), just below that commit. Cost
+        follows `limit`, not the length of the branch: `before` is taken as it
+        is (whether it lies on `head`'s line would cost a walk to it; the
+        HTTP route signs the cursors it hands out instead).
 
-        Raises ValueError for a limit below 1, NotFound for an unknown `before`
-        or one that is not on the line.
+        Raises ValueError for a limit below 1, NotFound for an unknown commit.
         """
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        tip = str(getattr(head, "head", head))
         commit: pygit2.Commit | None
         if before is None:
-            commit = self.commit(tip)
+            commit = self.commit(str(getattr(head, "head", head)))
         else:
             cursor = self.commit(before)
-            if not self.is_ancestor(str(cursor.id), str(self.commit(tip).id)):
-                raise NotFound(f"commit {before!r} is not on this branch")
             commit = cursor.parents[0] if cursor.parent_ids else None
         entries: list[TraceEntry] = []
         while commit is not None and len(entries) < limit:

@@ -513,13 +513,53 @@ def bench_substrate(
         Optional[bool],  # noqa: UP045
         typer.Option("--fuse/--no-fuse", help="Add the fuse rows (default: where fuse works)."),
     ] = None,
+    history: Annotated[str, typer.Option(
+        help="History-length axis: effects in one scope, e.g. 1000,10000,50000.")] = "",
+    scopes: Annotated[str, typer.Option(
+        help="Scope-count axis: live scopes, e.g. 1,16,64,256.")] = "",
+    saturate: Annotated[int, typer.Option(
+        help="Saturating-writer row: this many writes back to back (0: none).")] = 0,
 ) -> None:
-    """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts."""
-    from bench import substrate
+    """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts;
+    with --history/--scopes/--saturate, the long-history, many-scope and
+    saturating-writer rows (--sizes '' for those alone)."""
+    from bench import scaling, substrate
 
-    report = substrate.run([s.strip() for s in sizes.split(",") if s.strip()], runs=runs,
-                           backend=backend, cache=cache, fuse=fuse)
-    _show(substrate.render(report), report, json_out)
+    size_list = [s.strip() for s in sizes.split(",") if s.strip()]
+    report: dict[str, Any] = {}
+    if size_list:
+        report = substrate.run(size_list, runs=runs, backend=backend, cache=cache, fuse=fuse)
+        console.print(substrate.render(report))
+    report["scaling"] = scaling.run(
+        history=[int(n) for n in history.split(",") if n.strip()],
+        scopes=[int(n) for n in scopes.split(",") if n.strip()],
+        saturate=saturate, cache=cache)
+    for table in scaling.render(report["scaling"]):
+        console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {json_out}")
+
+
+@bench_app.command("soak")
+def bench_soak(
+    scopes: Annotated[int, typer.Option(help="Scopes working at once.")] = 64,
+    minutes: Annotated[float, typer.Option(help="How long they work.")] = 10.0,
+    every: Annotated[float, typer.Option(help="Seconds between samples.")] = 30.0,
+    cache: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
+    ] = None,
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
+    ] = None,
+) -> None:
+    """Many scopes for minutes: RSS, fds, layers, mounts, journal and packs over
+    time, then a kill and the reopen."""
+    from bench import soak
+
+    report = soak.run(scopes=scopes, minutes=minutes, every=every, cache=cache)
+    _show(soak.render(report), report, json_out)
 
 
 @bench_app.command("server")

@@ -287,8 +287,14 @@ class CorralClient:
 
     # -- trace ----------------------------------------------------------------
 
-    async def log(self, scope: str) -> LogResponse:
-        return await self._call(LogResponse, "GET", self._s(scope) + "/log")
+    async def log(self, scope: str, *, limit: int | None = None,
+                  before: str | None = None) -> LogResponse:
+        """The scope's whole branch, oldest first; with `limit` or `before`, one
+        page, newest first, whose `next` is the `before` of the next page."""
+        params = {k: str(v) for k, v in (("limit", limit), ("before", before))
+                  if v is not None}
+        return await self._call(LogResponse, "GET", self._s(scope) + "/log",
+                                params=params or None)
 
     async def show(self, commit: str) -> TraceEntryOut:
         return await self._call(TraceEntryOut, "GET", f"/v1/trace/{commit}")

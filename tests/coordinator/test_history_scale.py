@@ -127,8 +127,7 @@ async def test_discarded_scopes_leave_the_registry_and_their_fork_refs(tmp_path,
 
 async def test_log_pages_newest_first_with_a_cursor(tmp_path, sample_repo):
     """Pages of any size, followed by their cursors, list the branch newest first
-    exactly as the full log does (reversed), also while the head moves on; a
-    cursor off the branch is refused."""
+    exactly as the full log does (reversed), also while the head moves on."""
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         for i in range(23):
@@ -151,9 +150,8 @@ async def test_log_pages_newest_first_with_a_cursor(tmp_path, sample_repo):
             assert seen == full, limit
         first = coord.trace.log_page(a, limit=3)
         assert first.entries[0].commit == a.head and first.entries[0].effect is not None
-        b = await coord.root.fork("b")
         with pytest.raises(NotFound):
-            coord.trace.log_page(b, limit=3, before=full[2])
+            coord.trace.log_page(a, limit=3, before="0" * 40)
         with pytest.raises(ValueError):
             coord.trace.log_page(a, limit=0)
 
@@ -212,30 +210,43 @@ def _deleted_packs(git_dir: Path) -> list[str]:
 
 async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo, monkeypatch):
     """Handles that read from packs a roll-up then deleted are renewed at their
-    thread's next use: no file descriptor to a deleted pack stays open."""
+    thread's next unit of work (an effect, an io job): once every thread has
+    had one and a checkpoint ran, no file descriptor to a deleted pack is open."""
     monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
     monkeypatch.setattr(_journal, "MAX_PACKS", 3)
     git_dir = tmp_path / "s" / "trace.git"
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         pool = coord._pool
-        for i in range(12):
-            await a.write(f"f{i}.txt", f"{i}\n".encode())
-            await coord.checkpoint()  # a pack per round; past 3, a roll-up
-            # read every file from the packs, here and on every io thread
-            for path in (f"f{k}.txt" for k in range(i + 1)):
-                coord.trace.read(a.head, path)
+
+        async def read_everywhere(n: int) -> None:
+            """Read every file from the packs, here and on every io thread."""
+            for k in range(n):
+                coord.trace.read(a.head, f"f{k}.txt")
             threads = max(1, len(pool._threads))
             gate = threading.Barrier(threads, timeout=10)
 
-            def read_all(n: int = i, gate: threading.Barrier = gate) -> None:
-                for k in range(n + 1):
+            def read_all(gate: threading.Barrier = gate) -> None:
+                for k in range(n):
                     coord.trace.read(a.head, f"f{k}.txt")
                 gate.wait()
 
             await asyncio.gather(*(coord.io(read_all) for _ in range(threads)))
+
+        deleted_seen = 0
+        for i in range(12):
+            await a.write(f"f{i}.txt", f"{i}\n".encode())
+            await coord.checkpoint()  # a pack per round; past 3, a roll-up
+            deleted_seen += len(_deleted_packs(git_dir))
+            await read_everywhere(i + 1)
+        assert deleted_seen, "the test saw stale handles hold deleted packs at all"
         packs = list((git_dir / "objects" / "pack").glob("*.pack"))
         assert len(packs) <= 4, "roll-ups ran"
+        await a.write("last.txt", b"last\n")
+        await coord.checkpoint()  # perhaps one more roll-up
+        await read_everywhere(12)
+        coord.trace.renew_handle()  # this (the loop's) thread's next unit of work
+        await coord.checkpoint()  # nothing new to pack: no roll-up, a collection
         assert _deleted_packs(git_dir) == []
         assert coord.trace.read(a.head, "f0.txt") == b"0\n"
 
@@ -289,3 +300,76 @@ async def test_reopen_reads_each_scope_from_its_head_not_its_history(
         assert coord.scope("b").fork_point == expect["b"][1]
         assert coord.scope("b").parent == "a"
         assert coord.scope("a").fork_point == expect["a"][1]
+
+
+async def test_the_log_route_pages_with_limit_and_before_and_still_lists_everything(
+    tmp_path, sample_repo
+):
+    """`/log` without parameters is the whole branch oldest first, as before;
+    `?limit=&before=` pages it newest first; bad limits are 400, a cursor not
+    handed out for this scope 404."""
+    from coordinator import CorralError
+
+    from .server_fixtures import serve
+
+    async with serve(tmp_path / "state", sample_repo) as srv:
+        c = srv.client
+        fork = await c.fork("root", "a")
+        a = c.with_token(fork.token)
+        for i in range(7):
+            await a.write("a", f"f{i}.txt", f"{i}\n".encode())
+        whole = await a.log("a")
+        assert [e.effect.seq for e in whole.entries if e.effect] == list(range(8))
+        assert whole.next is None
+        seen = []
+        page = await a.log("a", limit=3)
+        while True:
+            assert len(page.entries) <= 3
+            seen += [e.commit for e in page.entries]
+            if page.next is None:
+                break
+            page = await a.log("a", limit=3, before=page.next)
+        assert seen == [e.commit for e in reversed(whole.entries)]
+        for bad in ("0", "1001", "x"):
+            with pytest.raises(CorralError) as err:
+                await c.request("GET", "/v1/scopes/a/log", params={"limit": bad})
+            assert err.value.status == 400, bad
+        # a cursor is signed for its scope: another scope's, or a bare commit
+        # id (which would read any branch), is refused
+        b = c.with_token((await c.fork("root", "b")).token)
+        cursor = (await a.log("a", limit=2)).next
+        assert cursor is not None
+        for scope, forged in (("b", cursor), ("a", cursor.split(".")[0]),
+                              ("a", whole.entries[3].commit + ".0")):
+            with pytest.raises(CorralError) as err:
+                await (b if scope == "b" else a).log(scope, limit=2, before=forged)
+            assert err.value.status == 404, forged
+
+
+async def test_archive_names_never_collide_with_another_scopes_rewound_refs(
+    tmp_path, sample_repo
+):
+    """Scope `x`'s third discard and scope `x-3`'s rewinds would both want
+    `archive/x-3`; the second gets another name, and checkpoints keep working."""
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        x3 = await coord.root.fork("x-3")
+        await x3.write("a.txt", b"a\n")
+        await x3.write("a.txt", b"b\n")
+        await x3.rewind(steps=1)  # archive/x-3/rewound-<n>
+        for _ in range(3):
+            x = await coord.root.fork("x")
+            await x.write("x.txt", b"x\n")
+            await x.discard()  # archive/x-2, x-3 (taken as a directory), x-4 ...
+        await coord.checkpoint()
+        archived = coord.trace.refs("refs/corral/archive/")
+        assert "refs/corral/archive/x-3" not in archived
+        assert len([r for r in archived if r.startswith("refs/corral/archive/x-")
+                    and "/" not in r[len("refs/corral/archive/"):]]) == 3
+        assert git(tmp_path / "s" / "trace.git", "for-each-ref", "refs/corral/archive/")
+        # the other order: archive/x-3 exists, then scope x-3 rewinds
+        more = await coord.root.fork("x-4")
+        await more.write("a.txt", b"a\n")
+        await more.rewind(steps=1)
+        await coord.checkpoint()
+        assert any(r.startswith("refs/corral/archive/x-4.rewound-")
+                   for r in coord.trace.refs("refs/corral/archive/"))

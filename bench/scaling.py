@@ -1,0 +1,356 @@
+"""Long histories, many scopes and a writer that never pauses: the rows of
+`corral bench substrate --history ... --scopes ... --saturate N`.
+
+- history axis: one scope with N write effects (1k, 10k, 50k): write latency
+  at the end, rewind 10 steps, the first page of its log and a page from the
+  middle, the whole log, a checkpoint after one write, RSS after the writes
+  and after a checkpoint, and reopening after a SIGKILL (time and RSS);
+- scope-count axis: N live scopes (1 to 256): a checkpoint after one write in
+  each, fork + discard, one write;
+- saturating writer: one scope writing N effects back to back: writes/s,
+  the journal's peak, the longest checkpoint, time writers waited
+  (backpressure), RSS before, at peak and after, and reopening after a kill.
+
+Each history length and the saturating writer run in their own process (a
+fresh interpreter: RSS is theirs alone, and the kill is real). The snapshot is
+the 10 MB synthetic checkout (2,000 source files); writes go to its files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from coordinator import Coordinator, Scope
+
+from ._synth import checkout, parse_size, source_paths
+
+__all__ = ["render", "run", "run_history", "run_saturate", "run_scopes"]
+
+CHECKOUT = "10MB"
+REWIND_STEPS = 10
+PAGE = 50
+
+
+def _status(field: str) -> float:
+    """A /proc/self/status memory figure in MB (VmRSS, VmHWM, RssAnon)."""
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _ms(samples: Sequence[float]) -> float:
+    return round(statistics.median(samples) * 1e3, 3)
+
+
+def _files(cache: Path | None) -> tuple[Path, list[str]]:
+    spec = parse_size(CHECKOUT)
+    return checkout(spec, cache, progress=False), source_paths(spec)
+
+
+async def _timed(op: Any) -> float:
+    t = time.perf_counter()
+    await op
+    return time.perf_counter() - t
+
+
+def _journal_figures(coord: Coordinator) -> dict[str, Any]:
+    reg = coord.metrics.registry
+    return {
+        "backpressure_waits": reg.get_sample_value("corral_trace_backpressure_seconds_count"),
+        "backpressure_s": reg.get_sample_value("corral_trace_backpressure_seconds_sum"),
+    }
+
+
+# -- child processes --------------------------------------------------------------
+
+
+async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
+    repo, files = _files(cache)
+    out: dict[str, Any] = {"effects": n}
+    async with Coordinator.open(state, repo=repo) as coord:
+        a = await coord.root.fork("a")
+        out["rss_start_mb"] = _status("VmRSS")
+        tail: list[float] = []
+        middle = ""
+        for i in range(n):
+            t = time.perf_counter()
+            r = await a.write(files[i % len(files)], f"effect {i}\n".encode())
+            if i >= n - 200:
+                tail.append(time.perf_counter() - t)
+            if i == n // 2:
+                middle = r.commit or ""
+        out["write_ms"] = _ms(tail)
+        out["rss_after_writes_mb"] = _status("VmRSS")
+        await coord.checkpoint()
+        out["rss_after_checkpoint_mb"] = _status("VmRSS")
+        out["rewind_ms"] = _ms([await _timed(a.rewind(steps=REWIND_STEPS)) for _ in range(5)])
+        trace = coord.trace
+        if hasattr(trace, "log_page"):
+            out["log_page_ms"] = _ms([await _timed(coord.io(trace.log_page, a.head, limit=PAGE))
+                                      for _ in range(10)])
+            out["log_page_middle_ms"] = _ms([
+                await _timed(coord.io(trace.log_page, a.head, limit=PAGE, before=middle))
+                for _ in range(5)])
+        out["log_all_ms"] = _ms([await _timed(coord.io(trace.log, a.head))])
+        cps = []
+        for k in range(5):
+            await a.write(files[k], f"one more {k}\n".encode())
+            cps.append(await _timed(coord.checkpoint()))
+        out["checkpoint_one_write_ms"] = _ms(cps)
+        out["rss_end_mb"] = _status("VmRSS")
+        for k in range(20):  # something for the journal to replay
+            await a.write(files[k], f"after the checkpoint {k}\n".encode())
+        _emit(out)
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+async def _saturate(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
+    repo, files = _files(cache)
+    out: dict[str, Any] = {"effects": n}
+    async with Coordinator.open(state, repo=repo) as coord:
+        journal = coord.trace.journal
+        checkpoints: list[tuple[float, int]] = []
+        metrics_hook = journal.on_checkpoint
+
+        def seen(seconds: float, objects: int) -> None:
+            checkpoints.append((seconds, objects))
+            if metrics_hook is not None:
+                metrics_hook(seconds, objects)
+
+        journal.on_checkpoint = seen
+        a = await coord.root.fork("a")
+        await coord.checkpoint()
+        checkpoints.clear()
+        out["rss_start_mb"] = _status("VmRSS")
+        peak_bytes = peak_objects = 0
+        t = time.perf_counter()
+        for i in range(n):
+            await a.write(f"d{i % 16}/{files[i % len(files)]}", f"effect {i}\n".encode())
+            if i % 64 == 0:
+                peak_bytes = max(peak_bytes, journal.held_bytes)
+                held = len(journal.objects) + len(getattr(journal, "sealed", {}))
+                peak_objects = max(peak_objects, held)
+        elapsed = time.perf_counter() - t
+        out["writes_per_s"] = round(n / elapsed)
+        out["rss_peak_mb"] = _status("VmHWM")
+        out["rss_after_writes_mb"] = _status("VmRSS")
+        out["journal_peak_mb"] = round(max(peak_bytes, getattr(journal, "peak_bytes", 0))
+                                       / 2**20, 1)
+        out["journal_peak_objects"] = peak_objects
+        during = list(checkpoints)
+        await coord.checkpoint()
+        out["rss_after_checkpoint_mb"] = _status("VmRSS")
+        out["checkpoints_during"] = len(during)
+        out["checkpoint_max_s"] = round(max((s for s, _ in checkpoints), default=0.0), 2)
+        out["checkpoint_max_objects"] = max((o for _, o in checkpoints), default=0)
+        out.update(_journal_figures(coord))
+        for k in range(20):
+            await a.write(files[k], f"after the checkpoint {k}\n".encode())
+        _emit(out)
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+async def _reopen(state: Path) -> dict[str, Any]:
+    t = time.perf_counter()
+    async with Coordinator.open(state) as coord:
+        opened = time.perf_counter() - t
+        return {"reopen_s": round(opened, 3), "rss_after_reopen_mb": _status("VmRSS"),
+                "scopes": len(coord.scopes)}
+
+
+def _emit(out: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+def _child(args: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Run `python -m bench.scaling ARGS` and take the JSON line it printed
+    before it was killed (by itself, or by us at `timeout`)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", *args],
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"bench.scaling {' '.join(args)} failed ({proc.returncode}): "
+                           f"{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def run_history(lengths: Sequence[int], cache: Path | None = None) -> list[dict[str, Any]]:
+    """The history-length axis: one row per length (see the module doc)."""
+    rows = []
+    for n in lengths:
+        state = Path(tempfile.mkdtemp(prefix=f"corral-bench-history-{n}-"))
+        try:
+            row = _child(["history", str(n), str(state), str(cache or "")], timeout=7200)
+            row.update(_child(["reopen", str(state)], timeout=600))
+            rows.append(row)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    return rows
+
+
+def run_saturate(n: int, cache: Path | None = None) -> dict[str, Any]:
+    """The saturating writer (see the module doc)."""
+    state = Path(tempfile.mkdtemp(prefix="corral-bench-saturate-"))
+    try:
+        row = _child(["saturate", str(n), str(state), str(cache or "")], timeout=7200)
+        row.update(_child(["reopen", str(state)], timeout=600))
+        return row
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+async def _scopes_async(counts: Sequence[int], cache: Path | None,
+                        rounds: int) -> list[dict[str, Any]]:
+    repo, files = _files(cache)
+    rows = []
+    for count in counts:
+        state = Path(tempfile.mkdtemp(prefix=f"corral-bench-scopes-{count}-"))
+        try:
+            async with Coordinator.open(state, repo=repo) as coord:
+                scopes: list[Scope] = [await coord.root.fork(f"s{i}") for i in range(count)]
+                await coord.checkpoint()
+                cps, writes = [], []
+                for r in range(rounds):
+                    for i, s in enumerate(scopes):
+                        t = time.perf_counter()
+                        await s.write(files[(i + r) % len(files)], f"round {r}\n".encode())
+                        writes.append(time.perf_counter() - t)
+                    cps.append(await _timed(coord.checkpoint()))
+                forks, discards = [], []
+                for r in range(rounds * 4):
+                    t = time.perf_counter()
+                    child = await coord.root.fork(f"extra{r}")
+                    forks.append(time.perf_counter() - t)
+                    discards.append(await _timed(child.discard()))
+                rows.append({
+                    "scopes": count,
+                    "checkpoint_ms": _ms(cps),
+                    "checkpoint_max_ms": round(max(cps) * 1e3, 1),
+                    "write_ms": _ms(writes),
+                    "fork_ms": _ms(forks),
+                    "discard_ms": _ms(discards),
+                    "registered": len(coord.scopes),
+                })
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    return rows
+
+
+def run_scopes(counts: Sequence[int], cache: Path | None = None,
+               rounds: int = 5) -> list[dict[str, Any]]:
+    """The scope-count axis: one row per count (see the module doc)."""
+    return asyncio.run(_scopes_async(counts, cache, rounds))
+
+
+def run(history: Sequence[int] = (), scopes: Sequence[int] = (), saturate: int = 0,
+        cache: Path | None = None) -> dict[str, Any]:
+    """Every axis asked for, as a JSON-ready report."""
+    report: dict[str, Any] = {}
+    if history:
+        report["history"] = run_history(history, cache)
+    if scopes:
+        report["scopes"] = run_scopes(scopes, cache)
+    if saturate:
+        report["saturate"] = run_saturate(saturate, cache)
+    return report
+
+
+def _cell(row: dict[str, Any], key: str, fmt: str = "{:g}") -> str:
+    value = row.get(key)
+    return "—" if value is None else fmt.format(value)
+
+
+def render(report: dict[str, Any]) -> list[Table]:
+    """The report as rich tables: history axis, scope axis, saturating writer."""
+    tables = []
+    rows = report.get("history")
+    if rows:
+        t = Table(title="Long histories: one scope with N write effects (ms unless stated)")
+        t.add_column("measure")
+        for row in rows:
+            t.add_column(f"{row['effects']:,}", justify="right")
+        for key, label in (
+            ("write_ms", "write (p50 of the last 200)"),
+            ("rewind_ms", f"rewind {REWIND_STEPS} steps"),
+            ("log_page_ms", f"log page of {PAGE}, newest"),
+            ("log_page_middle_ms", f"log page of {PAGE}, mid-branch cursor"),
+            ("log_all_ms", "whole log, oldest first"),
+            ("checkpoint_one_write_ms", "checkpoint after one write"),
+            ("rss_start_mb", "RSS at start, MB"),
+            ("rss_after_writes_mb", "RSS after the writes, MB"),
+            ("rss_after_checkpoint_mb", "RSS after a checkpoint, MB"),
+            ("rss_end_mb", "RSS at the end, MB"),
+            ("reopen_s", "reopen after SIGKILL, s"),
+            ("rss_after_reopen_mb", "RSS after reopen, MB"),
+        ):
+            t.add_row(label, *(_cell(r, key) for r in rows))
+        tables.append(t)
+    rows = report.get("scopes")
+    if rows:
+        t = Table(title="Many scopes: one write in each, then a checkpoint (ms)")
+        for col in ("live scopes", "checkpoint p50", "checkpoint max", "write p50", "fork p50",
+                    "discard p50", "registered after"):
+            t.add_column(col, justify="right")
+        for r in rows:
+            t.add_row(str(r["scopes"]), _cell(r, "checkpoint_ms"), _cell(r, "checkpoint_max_ms"),
+                      _cell(r, "write_ms"), _cell(r, "fork_ms"), _cell(r, "discard_ms"),
+                      _cell(r, "registered"))
+        tables.append(t)
+    row = report.get("saturate")
+    if row:
+        t = Table(title=f"Saturating writer: {row['effects']:,} writes back to back")
+        t.add_column("measure")
+        t.add_column("value", justify="right")
+        for key, label in (
+            ("writes_per_s", "writes/s"),
+            ("journal_peak_mb", "journal peak, MiB"),
+            ("journal_peak_objects", "journal peak, objects"),
+            ("checkpoints_during", "checkpoints during the burst"),
+            ("checkpoint_max_s", "longest checkpoint, s"),
+            ("checkpoint_max_objects", "largest checkpoint, objects"),
+            ("backpressure_waits", "effects that waited (backpressure)"),
+            ("backpressure_s", "time they waited, s"),
+            ("rss_start_mb", "RSS before, MB"),
+            ("rss_peak_mb", "RSS peak, MB"),
+            ("rss_after_writes_mb", "RSS after the writes, MB"),
+            ("rss_after_checkpoint_mb", "RSS after a checkpoint, MB"),
+            ("reopen_s", "reopen after SIGKILL, s"),
+            ("rss_after_reopen_mb", "RSS after reopen, MB"),
+        ):
+            t.add_row(label, _cell(row, key, "{:,.3g}" if key.endswith("_s") else "{:,}"))
+        tables.append(t)
+    return tables
+
+
+def _main(argv: Sequence[str]) -> None:
+    what, *rest = argv
+    if what == "reopen":
+        _emit(asyncio.run(_reopen(Path(rest[0]))))
+        return
+    n, state, cache = int(rest[0]), Path(rest[1]), Path(rest[2]) if rest[2] else None
+    child = _history if what == "history" else _saturate
+    asyncio.run(child(n, state, cache))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
