@@ -1,0 +1,242 @@
+"""Agents for CooperBench pairs. Each works in its own Corral scope, so every action
+is an effect the supervisor reviews first.
+
+- `oracle`: applies a feature's gold `feature.patch` through the scope API, one
+  intent per hunk (a new file is one write, a deleted file one delete).
+- `builtin`: `agents.CodingAgent` on a model (`--model PROVIDER/MODEL [--base-url]`).
+- any agent registered in the entry point group `corral.agents` (or `module:attr`):
+  a callable `factory(options: AgentOptions) -> Agent`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from coordinator import Coordinator, PatchError, Result, Scope
+
+from ._dataset import Feature
+from ._patches import hunk_delta, shift_hunk, split_diff
+
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "AgentReport",
+    "BuiltinAgent",
+    "Job",
+    "OracleAgent",
+    "Step",
+    "apply_step",
+    "load_agent",
+    "oracle_steps",
+    "task_text",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One agent's work in a pair: what a plug-in agent receives."""
+
+    coord: Coordinator
+    scope: Scope
+    role: str
+    """agent1, agent2 or solo."""
+    features: tuple[Feature, ...]
+    text: str
+    """The task as the agent reads it (the feature.md texts)."""
+    teammates: tuple[str, ...] = ()
+    messaging: bool = True
+    max_steps: int = 30
+    max_tokens: int | None = None
+
+
+@dataclass
+class AgentReport:
+    status: str = "finished"
+    steps: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    blocked: int = 0
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    async def run(self, job: Job) -> AgentReport: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """What `--agent`, `--model` and `--base-url` say, handed to agent factories."""
+
+    model: str | None = None
+    base_url: str | None = None
+    retries: int = 4
+
+
+def task_text(features: tuple[Feature, ...], role: str, teammates: tuple[str, ...],
+              messaging: bool) -> str:
+    """The prompt text: one feature.md, or (solo) each as `## Feature i … ---`."""
+    if len(features) == 1:
+        text = features[0].description.strip()
+    else:
+        text = "\n\n".join(f"## Feature {i}\n\n{f.description.strip()}\n\n---"
+                           for i, f in enumerate(features, 1))
+    if teammates and messaging:
+        text += ("\n\nAnother agent implements a different feature of the same repository in "
+                 f"parallel ({', '.join(teammates)}); your changes are merged with theirs. "
+                 "Use send_message to coordinate.")
+    return text
+
+
+# -- the oracle -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One intent of the oracle: a write, one hunk, a delete, or a copy (renames)."""
+
+    kind: Literal["write", "patch", "delete", "copy"]
+    path: str
+    feature: int
+    data: bytes = b""
+    hunk: str = ""
+    source: str = ""
+    mode: int = 0o100644
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.path} (feature {self.feature})"
+
+
+def oracle_steps(feature: Feature) -> list[Step]:
+    """The gold patch of `feature` as scope intents, in patch order."""
+    steps: list[Step] = []
+    for f in split_diff(feature.patch):
+        mode = 0o100755 if "mode 100755" in f.header else 0o100644
+        if f.binary:
+            raise PatchError(f"feature {feature.id}: binary change to {f.path} is not supported")
+        if f.old_path is None and f.new_path is not None:
+            steps.append(Step("write", f.new_path, feature.id, data=f.added_content(), mode=mode))
+            continue
+        if f.new_path is None and f.old_path is not None:
+            steps.append(Step("delete", f.old_path, feature.id))
+            continue
+        assert f.new_path is not None and f.old_path is not None
+        if f.old_path != f.new_path:
+            steps.append(Step("copy", f.new_path, feature.id, source=f.old_path))
+        delta = 0
+        for hunk in f.hunks:
+            steps.append(Step("patch", f.new_path, feature.id, hunk=shift_hunk(hunk, delta)))
+            delta += hunk_delta(hunk)
+        if f.old_path != f.new_path:
+            steps.append(Step("delete", f.old_path, feature.id))
+    return steps
+
+
+async def apply_step(scope: Scope, step: Step) -> Result:
+    """Carry out one oracle step as the scope's effect. Raises PatchError when a hunk
+    does not apply, FileNotFoundError for a missing file."""
+    if step.kind == "write":
+        return await scope.write(step.path, step.data, mode=step.mode)
+    if step.kind == "delete":
+        return await scope.delete(step.path)
+    if step.kind == "copy":
+        return await scope.write(step.path, await scope.read(step.source))
+    return await scope.patch(step.path, step.hunk)
+
+
+class OracleAgent:
+    """Applies its features' gold patches hunk by hunk (one after the other for solo)."""
+
+    name = "oracle"
+
+    async def run(self, job: Job) -> AgentReport:
+        report = AgentReport()
+        for feature in job.features:
+            for step in oracle_steps(feature):
+                await run_oracle_step(job.scope, step, report)
+        return report
+
+
+async def run_oracle_step(scope: Scope, step: Step, report: AgentReport) -> Result | None:
+    """One step, counted in `report`: a blocked intent or a hunk that does not apply is
+    noted (and returned as None for the latter), never raised."""
+    report.steps += 1
+    try:
+        result = await apply_step(scope, step)
+    except (PatchError, FileNotFoundError) as e:
+        report.notes.append(f"{step.describe()}: {e}")
+        return None
+    if result.blocked:
+        report.blocked += 1
+    return result
+
+
+# -- the built-in coding agent ----------------------------------------------------
+
+
+class BuiltinAgent:
+    """`agents.CodingAgent` on `--model PROVIDER/MODEL` (and `--base-url`)."""
+
+    name = "builtin"
+
+    def __init__(self, options: AgentOptions) -> None:
+        if not options.model:
+            raise ValueError("the builtin agent needs --model PROVIDER/MODEL")
+        self.options = options
+
+    async def run(self, job: Job) -> AgentReport:
+        from agents import CodingAgent, ModelCaller
+        from agents.providers import provider_from_spec
+
+        assert self.options.model is not None
+        provider = provider_from_spec(self.options.model, self.options.base_url)
+        try:
+            agent = CodingAgent(
+                job.coord, job.scope,
+                ModelCaller(job.coord, provider, attempts=self.options.retries),
+                job.text, max_steps=job.max_steps, max_tokens=job.max_tokens,
+            )
+            r = await agent.run()
+        finally:
+            await provider.aclose()
+        return AgentReport(status=r.status, steps=r.steps, prompt_tokens=r.prompt_tokens,
+                           cached_tokens=r.cached_tokens, completion_tokens=r.completion_tokens,
+                           blocked=r.blocked, error=r.error)
+
+
+def load_agent(spec: str, options: AgentOptions) -> Agent:
+    """The agent named `spec`: oracle, builtin, an entry point of `corral.agents`, or
+    `module:attr`; a factory is called with `options`. Raises LookupError or ValueError."""
+    if spec == "oracle":
+        return OracleAgent()
+    if spec == "builtin":
+        return BuiltinAgent(options)
+    obj: Any
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            obj = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as e:
+            raise LookupError(f"cannot load agent {spec!r}: {e}") from e
+    else:
+        found = [ep for ep in entry_points(group="corral.agents") if ep.name == spec]
+        if not found:
+            names = sorted(ep.name for ep in entry_points(group="corral.agents"))
+            raise LookupError(f"no agent {spec!r}: use oracle, builtin, an entry point of "
+                              f"corral.agents ({', '.join(names) or 'none installed'}) or "
+                              "module:attr")
+        obj = found[0].load()
+    # A class or factory is called with the options; an object with `run` is the agent.
+    agent = obj(options) if isinstance(obj, type) or not hasattr(obj, "run") else obj
+    if not isinstance(agent, Agent):
+        raise LookupError(f"agent {spec!r} has no `name` and async `run(job)`")
+    return agent
