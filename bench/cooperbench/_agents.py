@@ -10,15 +10,19 @@ is an effect the supervisor reviews first.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from coordinator import Coordinator, PatchError, Result, Scope
 
 from ._dataset import Feature
-from ._patches import hunk_delta, shift_hunk, split_diff
+from ._patches import apply_hunk_exact, hunk_delta, shift_hunk, split_diff
 
 __all__ = [
     "Agent",
@@ -107,6 +111,9 @@ class Step:
     feature: int
     data: bytes = b""
     hunk: str = ""
+    """The hunk, its old start moved by the feature's earlier hunks in this file."""
+    base_hunk: str = ""
+    """The hunk as the gold patch has it (against the base file)."""
     source: str = ""
     mode: int = 0o100644
 
@@ -132,23 +139,51 @@ def oracle_steps(feature: Feature) -> list[Step]:
             steps.append(Step("copy", f.new_path, feature.id, source=f.old_path))
         delta = 0
         for hunk in f.hunks:
-            steps.append(Step("patch", f.new_path, feature.id, hunk=shift_hunk(hunk, delta)))
+            steps.append(Step("patch", f.new_path, feature.id, hunk=shift_hunk(hunk, delta),
+                              base_hunk=hunk))
             delta += hunk_delta(hunk)
         if f.old_path != f.new_path:
             steps.append(Step("delete", f.old_path, feature.id))
     return steps
 
 
-async def apply_step(scope: Scope, step: Step) -> Result:
-    """Carry out one oracle step as the scope's effect. Raises PatchError when a hunk
-    does not apply, FileNotFoundError for a missing file."""
+async def apply_step(scope: Scope, step: Step, base: bytes | None = None) -> Result:
+    """Carry out one oracle step as the scope's effect. A hunk whose context the scope's
+    file no longer has (another feature changed it) is merged in three ways, as
+    `git apply --3way` would: the base file, the file now, and the base file with the
+    hunk; a clean merge is written. Raises PatchError when that conflicts too,
+    FileNotFoundError for a missing file."""
     if step.kind == "write":
         return await scope.write(step.path, step.data, mode=step.mode)
     if step.kind == "delete":
         return await scope.delete(step.path)
     if step.kind == "copy":
         return await scope.write(step.path, await scope.read(step.source))
-    return await scope.patch(step.path, step.hunk)
+    try:
+        return await scope.patch(step.path, step.hunk)
+    except PatchError:
+        if base is None:
+            raise
+    theirs = apply_hunk_exact(base.decode(), step.base_hunk or step.hunk)
+    if theirs is None:
+        raise PatchError(f"hunk of {step.path} does not apply to the base file either")
+    merged = await asyncio.to_thread(_merge_file, await scope.read(step.path), base,
+                                     theirs.encode())
+    if merged is None:
+        raise PatchError(f"hunk of {step.path} conflicts with the file's changes (3-way)")
+    return await scope.write(step.path, merged)
+
+
+def _merge_file(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
+    """`git merge-file -p`: the merged content, or None on a conflict."""
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            p = Path(d) / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        r = subprocess.run(["git", "merge-file", "-p", *paths], capture_output=True)
+    return r.stdout if r.returncode == 0 else None
 
 
 class OracleAgent:
@@ -160,16 +195,24 @@ class OracleAgent:
         report = AgentReport()
         for feature in job.features:
             for step in oracle_steps(feature):
-                await run_oracle_step(job.scope, step, report)
+                await run_oracle_step(job.scope, step, report, job.coord)
         return report
 
 
-async def run_oracle_step(scope: Scope, step: Step, report: AgentReport) -> Result | None:
+async def run_oracle_step(scope: Scope, step: Step, report: AgentReport,
+                          coord: Coordinator | None = None) -> Result | None:
     """One step, counted in `report`: a blocked intent or a hunk that does not apply is
-    noted (and returned as None for the latter), never raised."""
+    noted (and returned as None for the latter), never raised. With `coord`, a hunk whose
+    context moved is merged against the base file (the scope's fork point)."""
     report.steps += 1
+    base = None
+    if coord is not None and step.kind == "patch":
+        try:
+            base = await asyncio.to_thread(coord.trace.read, scope.fork_point, step.path)
+        except Exception:
+            base = None
     try:
-        result = await apply_step(scope, step)
+        result = await apply_step(scope, step, base)
     except (PatchError, FileNotFoundError) as e:
         report.notes.append(f"{step.describe()}: {e}")
         return None

@@ -165,7 +165,7 @@ async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
                   max_steps=cfg.max_steps, max_tokens=cfg.max_tokens)
         run.report = await agent.run(job)
     elif isinstance(agent, OracleAgent):
-        await _oracle_team(scopes[0], scopes[1], pair, (f1, f2), setting, run)
+        await _oracle_team(coord, scopes[0], scopes[1], (f1, f2), setting, run)
     else:
         await _team(cfg, coord, scopes, (f1, f2), agent, run)
     run.timings["apply"] = time.perf_counter() - t
@@ -186,7 +186,7 @@ async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
         run.timings["merge"] += time.perf_counter() - t
 
 
-async def _oracle_team(a1: Scope, a2: Scope, pair: Pair, features: tuple[Any, Any],
+async def _oracle_team(coord: Coordinator, a1: Scope, a2: Scope, features: tuple[Any, Any],
                        setting: Setting, run: _Run) -> None:
     """Two oracles taking turns hunk by hunk; under supervision a blocked one hands
     its remaining work to the other."""
@@ -199,7 +199,7 @@ async def _oracle_team(a1: Scope, a2: Scope, pair: Pair, features: tuple[Any, An
             if name in stopped or not queues[name]:
                 continue
             step = queues[name].popleft()
-            result = await run_oracle_step(scopes[name], step, run.report)
+            result = await run_oracle_step(scopes[name], step, run.report, coord)
             if result is None or not result.blocked or setting != "supervised":
                 continue
             other = a2.name if name == a1.name else a1.name

@@ -154,3 +154,38 @@ def hunk_delta(hunk: str) -> int:
     """Lines added minus lines removed by a hunk."""
     lines = hunk.splitlines()[1:]
     return sum(1 for x in lines if x.startswith("+")) - sum(1 for x in lines if x.startswith("-"))
+
+
+def apply_hunk_exact(text: str, hunk: str) -> str | None:
+    """`text` with `hunk` applied exactly at its stated line (None when its old lines
+    are not there): the file as the feature alone makes it."""
+    first, _, body = hunk.partition("\n")
+    m = _HUNK.match(first)
+    if not m:
+        return None
+    old: list[str] = []
+    new: list[str] = []
+    prev = ""
+    for line in body.splitlines(keepends=True):
+        tag, rest = line[:1], line[1:]
+        if tag == "\\":
+            target = new if prev == "+" else old if prev == "-" else None
+            if target is None:
+                old[-1] = old[-1].rstrip("\n")
+                new[-1] = new[-1].rstrip("\n")
+            elif target:
+                target[-1] = target[-1].rstrip("\n")
+            continue
+        prev = tag
+        if tag in (" ", ""):
+            old.append(rest or "\n")
+            new.append(rest or "\n")
+        elif tag == "-":
+            old.append(rest)
+        elif tag == "+":
+            new.append(rest)
+    lines = text.splitlines(keepends=True)
+    at = max(int(m.group(1)) - 1, 0) if old else int(m.group(1))
+    if lines[at: at + len(old)] != old:
+        return None
+    return "".join(lines[:at] + new + lines[at + len(old):])
