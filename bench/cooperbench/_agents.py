@@ -191,6 +191,9 @@ class OracleAgent:
 
     name = "oracle"
 
+    def __init__(self, options: AgentOptions | None = None) -> None:
+        self.options = options
+
     async def run(self, job: Job) -> AgentReport:
         report = AgentReport()
         for feature in job.features:
