@@ -78,7 +78,7 @@ def test_agents_load_by_name_entry_point_or_path() -> None:
     assert isinstance(load_agent("bench.cooperbench:OracleAgent", AgentOptions()), OracleAgent)
     (ep,) = [e for e in entry_points(group="corral.agents") if e.name == "oracle"]
     assert ep.load() is OracleAgent
-    with pytest.raises(LookupError, match="corral.agents"):
+    with pytest.raises(LookupError, match=r"corral\.agents"):
         load_agent("no-such-agent", AgentOptions())
     with pytest.raises(ValueError, match="--model"):
         load_agent("builtin", AgentOptions())
