@@ -596,6 +596,18 @@ def bench_replay(
     _show(replay_bench.render(report), report, json_out)
 
 
+@bench_app.command(
+    "cooperbench", add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def bench_cooperbench(ctx: typer.Context) -> None:
+    """CooperBench pair pass rates (solo, coop, supervised) on Corral scopes; `conflicts`
+    prints the gold pairs' merge census. --help lists the options."""
+    from bench.cooperbench._cli import main as cooperbench_main
+
+    cooperbench_main(list(ctx.args))
+
+
 def main() -> None:
     try:
         app()

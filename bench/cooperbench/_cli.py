@@ -1,0 +1,260 @@
+"""`corral bench cooperbench` (run) and `corral bench cooperbench conflicts` (census).
+
+The coordinator's CLI forwards its arguments here, so it never imports bench/."""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ._agents import AgentOptions
+from ._census import CensusRow, census_pair, compare_with_report
+from ._dataset import mini_suite
+from ._env import Unsupported, base_repo
+from ._lab import Lab, git
+from ._report import plot, render, summarize, to_markdown
+from ._run import RunSpec, plan, run
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                  help="CooperBench pair pass rates with agents in Corral scopes.")
+# Wide enough for the report table when the output is not a terminal.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+DatasetOpt = Annotated[Path | None, typer.Option(
+    help="A CooperBench dataset/ directory (default: the bundled mini suite).")]
+ReposOpt = Annotated[Path | None, typer.Option(
+    help="Directory of local mirrors or clones of the upstream repositories.")]
+SubsetOpt = Annotated[str | None, typer.Option(help="lite, flash, or a subset JSON file.")]
+TaskOpt = Annotated[str | None, typer.Option(
+    help="Tasks: comma-separated keys (pallets_click_task/task2068), ids or substrings.")]
+FeaturesOpt = Annotated[str | None, typer.Option(
+    help="Only pairs among these features, e.g. 1,2.")]
+PairsOpt = Annotated[str | None, typer.Option(
+    help="Pairs as 1-2,3-4, or N for the first N pairs.")]
+CacheOpt = Annotated[Path | None, typer.Option(
+    help="Where task repositories and environments are cached (default OUT/cache).")]
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@app.callback(invoke_without_command=True)
+def run_cmd(
+    ctx: typer.Context,
+    dataset: DatasetOpt = None,
+    repos: ReposOpt = None,
+    subset: SubsetOpt = None,
+    task: TaskOpt = None,
+    features: FeaturesOpt = None,
+    pairs: PairsOpt = None,
+    settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised.")] = (
+        "solo,coop,supervised"),
+    merge: Annotated[str, typer.Option(help="Merge policies for grading, comma-separated: "
+                                       "plain (0.0.29), union (<= 0.0.15), corral.")] = "plain",
+    agent: Annotated[str, typer.Option(help="oracle, builtin, an entry point of corral.agents, "
+                                       "or module:attr.")] = "oracle",
+    model: Annotated[str | None, typer.Option(help="PROVIDER/MODEL for builtin.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-/Anthropic-compatible URL.")] = None,
+    supervisor: Annotated[str, typer.Option(help="conflict-guard, or module:attr / a "
+                                            "corral.policies entry point.")] = "conflict-guard",
+    messaging: Annotated[str, typer.Option(help="on or off: coop agents may message.")] = "on",
+    max_steps: Annotated[int, typer.Option(help="Steps per pair (solo: all; coop: half per "
+                                           "agent).")] = 60,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per pair.")] = None,
+    test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
+    workers: Annotated[int, typer.Option(help="Pairs run at once.")] = 2,
+    executor: Annotated[str, typer.Option(help="local or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (ray only).")] = None,
+    env_cache: CacheOpt = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Run directory (results.jsonl, traces, patches, logs, report).")] = None,
+    resume: Annotated[bool, typer.Option(help="Keep finished pairs of OUT/results.jsonl.")] = (
+        False),
+    backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
+    price_in: Annotated[float | None, typer.Option(help="USD per 1M prompt tokens.")] = None,
+    price_out: Annotated[float | None, typer.Option(help="USD per 1M completion tokens.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON.")] = (
+        None),
+    markdown: Annotated[Path | None, typer.Option(help="Write the table as Markdown.")] = None,
+    png: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here "
+                                           "(default OUT/report.png).")] = None,
+) -> None:
+    """Run pairs (default: the bundled mini suite, oracle agent, settings solo, coop and
+    supervised, plain merge) and print pass rates."""
+    if ctx.invoked_subcommand:
+        return
+    if messaging not in ("on", "off"):
+        _fail("--messaging is on or off")
+    if executor not in ("local", "ray"):
+        _fail("--executor is local or ray")
+    name = dataset.resolve().name if dataset else "mini"
+    out_dir = (out or Path(".corral-bench") / "cooperbench" / name).resolve()
+    try:
+        spec = RunSpec(
+            out=out_dir, dataset=dataset.resolve() if dataset else None,
+            repos=repos.resolve() if repos else None, subset=subset, task=task,
+            features=features, pairs=pairs,
+            settings=_check(_csv(settings), ("solo", "coop", "supervised"), "--settings"),
+            merges=_check(_csv(merge), ("plain", "union", "corral"), "--merge"),
+            agent=agent, options=AgentOptions(model=model, base_url=base_url),
+            supervisor=supervisor, messaging=messaging == "on", max_steps=max_steps,
+            max_tokens=max_tokens, test_timeout=test_timeout, workers=workers,
+            env_cache=env_cache.resolve() if env_cache else None, resume=resume,
+            backend=backend, price_in=price_in, price_out=price_out)
+        report = _run_with_progress(spec, executor, address)
+    except (ValueError, LookupError, FileNotFoundError, ImportError) as e:
+        _fail(str(e))
+        return
+    results = report["results"]
+    summary = summarize(results, report["prepared"])
+    summary.update({"dataset": str(spec.dataset_dir), "out": str(out_dir), "agent": agent,
+                    "settings": list(spec.settings), "merges": list(spec.merges),
+                    "executor": executor, "workers": workers, "seconds": report["seconds"],
+                    "pairs_selected": report["pairs"]})
+    console.print(render(summary, f"CooperBench ({name}, agent {agent})"))
+    if summary["prepared_s"]:
+        console.print("environments prepared: " + ", ".join(
+            f"{k} {v:.1f}s" for k, v in summary["prepared_s"].items()))
+    console.print(f"{len(results)} results in {report['seconds']:.1f}s; run directory "
+                  f"{out_dir} (traces: corral trace log agent1 --state "
+                  f"{out_dir}/traces/<task>/<f1>-<f2>/<setting>)")
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "report.md").write_text(to_markdown(summary))
+    png_path = png or out_dir / "report.png"
+    try:
+        plot(summary, results, png_path)
+    except ImportError as e:
+        err.print(f"[yellow]no plot:[/] {e}")
+    if json_out:
+        json_out.write_text(json.dumps(summary, indent=2))
+    if markdown:
+        markdown.write_text(to_markdown(summary))
+
+
+def _check(values: tuple[str, ...], allowed: tuple[str, ...], flag: str) -> Any:
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ValueError(f"{flag}: use {', '.join(allowed)} (got {', '.join(bad) or 'nothing'})")
+    return values
+
+
+def _run_with_progress(spec: RunSpec, executor: str, address: str | None) -> dict[str, Any]:
+    counts = {"passed": 0, "failed": 0, "error": 0, "unsupported": 0}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[counts]}"),
+                  console=err, transient=False) as progress:
+        bar = progress.add_task("pairs", total=None, counts="")
+
+        def start(n: int) -> None:
+            progress.update(bar, total=n)
+
+        def done(unit: Any, results: list[Any]) -> None:
+            for r in results:
+                counts[r.status] += 1
+            progress.update(bar, advance=1, counts=" ".join(
+                f"{k} {v}" for k, v in counts.items() if v))
+            for r in results:
+                if r.status == "error":
+                    progress.console.print(f"[yellow]error[/] {r.task} {r.f1}-{r.f2} "
+                                           f"{r.setting}: {r.reason[:200]}")
+
+        return run(spec, on_start=start, on_done=done, executor=executor, address=address)
+
+
+@app.command("conflicts")
+def conflicts_cmd(
+    dataset: DatasetOpt = None,
+    repos: ReposOpt = None,
+    subset: SubsetOpt = None,
+    task: TaskOpt = None,
+    features: FeaturesOpt = None,
+    pairs: PairsOpt = None,
+    workers: Annotated[int, typer.Option(help="Tasks merged at once.")] = 2,
+    env_cache: CacheOpt = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the census as JSON.")] = (
+        None),
+) -> None:
+    """The plain-merge census of the gold pairs (no tests run), compared with
+    dataset/gold_conflict_report.json when the dataset has one."""
+    ds = dataset.resolve() if dataset else mini_suite() / "dataset"
+    cache = (env_cache or Path(".corral-bench") / "cache").resolve()
+    spec = RunSpec(out=cache, dataset=ds if dataset else None,
+                   repos=repos.resolve() if repos else None, subset=subset, task=task,
+                   features=features, pairs=pairs)
+    try:
+        tasks, chosen = plan(spec)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+        return
+    by_task: dict[str, list[Any]] = {}
+    for p in chosen:
+        by_task.setdefault(p.task, []).append(p)
+
+    def one(key: str) -> list[CensusRow]:
+        t = tasks[key]
+        try:
+            repo = base_repo(t, spec.repos_dir, cache)
+        except (FileNotFoundError, RuntimeError, Unsupported) as e:
+            return [CensusRow(key, p.f1, p.f2, "error", ("", ""), reason=str(e))
+                    for p in by_task[key]]
+        lab = Lab.create(cache / "census" / key.replace("/", "-"), repo,
+                         git(repo, "rev-parse", "HEAD").stdout.strip())
+        return [census_pair(lab, t, p) for p in by_task[key]]
+
+    rows: list[CensusRow] = []
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for part in pool.map(one, sorted(by_task)):
+            rows.extend(part)
+    table = Table("task", "pairs", "conflict", "clean", "missing input", "error",
+                  "union clean (of conflicts)", title="Plain git merge of gold pairs")
+    totals = [0, 0, 0, 0, 0, 0]
+    for key in sorted(by_task):
+        rs = [r for r in rows if r.task == key]
+        vals = [len(rs), sum(r.verdict == "conflict" for r in rs),
+                sum(r.verdict == "clean" for r in rs),
+                sum(r.verdict == "missing_input" for r in rs),
+                sum(r.verdict == "error" for r in rs), sum(r.union == "clean" for r in rs)]
+        totals = [a + b for a, b in zip(totals, vals, strict=True)]
+        table.add_row(key, *map(str, vals))
+    table.add_row("[bold]total", *map(str, totals))
+    console.print(table)
+    data: dict[str, Any] = {"pairs": [r.as_dict() for r in rows], "totals": dict(zip(
+        ("pairs", "conflict", "clean", "missing_input", "error", "union_clean"), totals,
+        strict=True))}
+    report = ds / "gold_conflict_report.json"
+    if report.exists():
+        cmp = compare_with_report(rows, report)
+        data["comparison"] = cmp
+        console.print(f"compared with {report.name}: {cmp['compared']} pairs, "
+                      f"{len(cmp['differences'])} differ")
+        for d in cmp["differences"]:
+            console.print(f"  {d['task']} {d['f1']}-{d['f2']}: ours {d['ours']} (apply "
+                          f"{'/'.join(d['apply'])}), theirs {d['theirs']}")
+    if json_out:
+        json_out.write_text(json.dumps(data, indent=2))
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+def main(args: list[str]) -> None:
+    """Entry from `corral bench cooperbench ARGS...`."""
+    app(args=args, prog_name="corral bench cooperbench")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,94 @@
+"""`--executor ray`: each (pair, setting) unit is a Ray task. A worker prepares (or
+reuses, from `--env-cache`) the task's repository and environment on its own machine,
+runs the unit in its own coordinator and lab, and returns the results, which the
+driver appends to the results file as they arrive (so --resume works the same)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._agents import load_agent
+from ._dataset import Task
+from ._env import Unsupported
+from ._pair import run_unit
+from ._records import PairResult
+from ._store import ResultStore
+
+__all__ = ["run_ray"]
+
+_CONTEXTS: dict[str, Any] = {}
+"""Per worker process: the tasks it has prepared (TaskContext, or the error)."""
+
+
+def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]], float]:
+    from ._run import TaskContext, _skipped
+
+    ctx = _CONTEXTS.get(task.key)
+    prepared = 0.0
+    if ctx is None:
+        try:
+            ctx = TaskContext.prepare(task, spec)
+            # One lab directory per worker process: workers of one machine share `out`.
+            ctx.labs_dir = ctx.labs_dir / f"ray-{os.getpid()}"
+            prepared = ctx.env.prepared_s
+        except Exception as e:
+            ctx = e
+        _CONTEXTS[task.key] = ctx
+    if isinstance(ctx, Unsupported):
+        results = _skipped(task, unit, spec, "unsupported", str(ctx))
+    elif isinstance(ctx, BaseException):
+        results = _skipped(task, unit, spec, "error",
+                           f"preparing the task: {type(ctx).__name__}: {ctx}")
+    else:
+        lab = ctx.lab()
+        try:
+            results = asyncio.run(run_unit(spec.unit_config(), task, unit.pair, unit.setting,
+                                           load_agent(spec.agent, spec.options), ctx.repo, lab,
+                                           ctx.env))
+        finally:
+            ctx.give_back(lab)
+    return [r.model_dump(mode="json") for r in results], prepared
+
+
+def run_ray(spec: Any, tasks: dict[str, Task], units: list[Any], store: ResultStore,
+            done: Callable[[Any, list[PairResult]], None], address: str | None
+            ) -> dict[str, float]:
+    """Run `units` as Ray tasks on the cluster at `address` (None: start a local one).
+    Raises ImportError when ray is not installed."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("--executor ray needs the ray package: pip install 'corral[ray]'"
+                          ) from e
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False,
+                 **({} if address else {"num_cpus": max(1, spec.workers)}))
+    remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
+    prepared: dict[str, float] = {}
+    try:
+        pending = {remote.remote(spec, tasks[u.pair.task], u): u for u in units}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                unit = pending.pop(ref)
+                try:
+                    rows, prep = ray.get(ref)
+                    results = [PairResult.model_validate(r) for r in rows]
+                    if prep:
+                        prepared[unit.pair.task] = round(prep, 2)
+                except Exception as e:
+                    from ._run import _skipped
+
+                    results = _skipped(tasks[unit.pair.task], unit, spec, "error",
+                                       f"ray task failed: {type(e).__name__}: {e}")
+                store.append(results)
+                done(unit, results)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return prepared

@@ -1,0 +1,111 @@
+"""What a run writes: one `PairResult` per (pair, setting, merge policy), a line of
+JSON each in the run's results file (format version 1)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FeatureResult",
+    "MergePolicy",
+    "MergeStatus",
+    "PairResult",
+    "PairStatus",
+    "Setting",
+    "Timings",
+]
+
+FORMAT_VERSION = 1
+
+Setting = Literal["solo", "coop", "supervised"]
+MergePolicy = Literal["plain", "union", "corral"]
+PairStatus = Literal["passed", "failed", "error", "unsupported"]
+MergeStatus = Literal["clean", "conflicts", "missing_input", "identical", "solo", "none"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FeatureResult(_Frozen):
+    """One feature's hidden tests on the graded code."""
+
+    id: int
+    passed: bool
+    """The test command exited 0 and at least one test passed."""
+    exit_code: int | None = None
+    tests_passed: int = 0
+    tests_failed: int = 0
+    seconds: float = 0.0
+    reason: str = ""
+    """Why it failed, in a few words (empty when it passed)."""
+    output_tail: str = ""
+
+
+class Timings(_Frozen):
+    """Wall seconds of a pair's phases."""
+
+    open: float = 0.0
+    """Opening the pair's coordinator (its state directory and snapshot import)."""
+    fork: float = 0.0
+    apply: float = 0.0
+    """The agents' work (the oracle: applying the gold hunks through the scope API)."""
+    merge: float = 0.0
+    """Evaluation merges: agent branches built and merged with git (and Corral's merge)."""
+    test: float = 0.0
+    """Test runs, each including its checkout and patch application."""
+    test_commands: float = 0.0
+    """Of `test`: the test commands alone."""
+    close: float = 0.0
+    total: float = 0.0
+
+
+class PairResult(_Frozen):
+    kind: Literal["cooperbench.pair"] = "cooperbench.pair"
+    version: int = FORMAT_VERSION
+    task: str
+    f1: int
+    f2: int
+    setting: Setting
+    merge: MergePolicy | Literal["-"]
+    """The evaluation's merge policy ("-" for solo: nothing to merge)."""
+    agent: str
+    status: PairStatus
+    reason: str = ""
+    merge_status: MergeStatus = "none"
+    strategy: str = ""
+    """naive, union, corral, solo-agent1 (the lead fallback won), identical, solo."""
+    apply: tuple[str, str] = ("", "")
+    """Whether each agent's stripped patch applied to base: applied, skipped, failed."""
+    features: tuple[FeatureResult, ...] = ()
+    timings: Timings = Field(default_factory=Timings)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    steps: int = 0
+    blocked: int = 0
+    """Intents the supervisor blocked."""
+    handoffs: int = 0
+    trace: str = ""
+    """The pair's coordinator state directory (open it with `corral trace`)."""
+    scopes: dict[str, str] = Field(default_factory=dict)
+    """Each agent scope's head commit in that trace."""
+    patches: dict[str, str] = Field(default_factory=dict)
+    """Path (under the run directory) of each agent's patch and of the merged diff."""
+
+    @property
+    def unit(self) -> tuple[str, int, int, str]:
+        return (self.task, self.f1, self.f2, self.setting)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def counted(self) -> bool:
+        """Part of the pass rate's denominator (errors and unsupported are not)."""
+        return self.status in ("passed", "failed")

@@ -1,0 +1,223 @@
+"""The report: pair pass rates with Wilson 95% intervals (errors apart), merge-clean
+rate, per-feature pass, coop/solo retention, paired McNemar tests between settings,
+tokens and cost per pair, time per pair; as a rich table, JSON, Markdown and a PNG."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from ._records import PairResult
+
+__all__ = ["mcnemar", "render", "summarize", "to_markdown", "plot", "wilson"]
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n trials (0, 0 when n is 0)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def mcnemar(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value for b and c discordant pairs (binomial, p=1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def _row_key(r: PairResult) -> str:
+    return r.setting if r.setting == "solo" else f"{r.setting}/{r.merge}"
+
+
+def summarize(results: list[PairResult], prepared: dict[str, float] | None = None
+              ) -> dict[str, Any]:
+    """The report as data."""
+    rows: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        rows[_row_key(r)].append(r)
+    order = sorted(rows, key=lambda k: (["solo", "coop", "supervised"].index(k.split("/")[0]),
+                                         k))
+    out: dict[str, Any] = {"rows": [], "mcnemar": [], "retention": [], "per_task": []}
+    for key in order:
+        rs = rows[key]
+        counted = [r for r in rs if r.counted]
+        k = sum(r.passed for r in counted)
+        n = len(counted)
+        lo, hi = wilson(k, n)
+        merged = [r for r in counted if r.setting != "solo"]
+        clean = sum(r.merge_status in ("clean", "identical") for r in merged)
+        feats = [f for r in counted for f in r.features]
+        totals = [r.timings.total for r in counted]
+        own = [r.timings.open + r.timings.fork + r.timings.apply + r.timings.close
+               + r.timings.merge + r.timings.test - r.timings.test_commands for r in counted]
+        out["rows"].append({
+            "row": key, "pairs": len(rs), "counted": n, "passed": k,
+            "failed": n - k, "errors": sum(r.status == "error" for r in rs),
+            "unsupported": sum(r.status == "unsupported" for r in rs),
+            "pass_rate": round(k / n, 4) if n else None,
+            "wilson95": [round(lo, 4), round(hi, 4)],
+            "merge_clean_rate": round(clean / len(merged), 4) if merged else None,
+            "lead_fallback_wins": sum(r.strategy == "solo-agent1" for r in counted),
+            "feature_pass_rate": round(sum(f.passed for f in feats) / len(feats), 4)
+            if feats else None,
+            "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
+            if counted else 0.0,
+            "handoffs": sum(r.handoffs for r in counted),
+            "tokens_per_pair": round(statistics.fmean(
+                r.prompt_tokens + r.completion_tokens for r in counted), 1) if counted else 0,
+            "cost_per_pair": round(statistics.fmean(r.cost_usd for r in counted
+                                                    if r.cost_usd is not None), 6)
+            if any(r.cost_usd is not None for r in counted) else None,
+            "seconds_per_pair_median": round(statistics.median(totals), 3) if totals else None,
+            "outside_tests_median_s": round(statistics.median(own), 4) if own else None,
+            "errors_by_reason": _reasons([r for r in rs if r.status == "error"]),
+        })
+    rates = {row["row"]: row["pass_rate"] for row in out["rows"]}
+    solo = rates.get("solo")
+    for key, rate in rates.items():
+        if key != "solo" and solo and rate is not None:
+            out["retention"].append({"row": key, "retention": round(rate / solo, 4)})
+    by_pair = {key: {(r.task, r.f1, r.f2): r.passed for r in rows[key] if r.counted}
+               for key in order}
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            common = set(by_pair[a]) & set(by_pair[b])
+            if not common:
+                continue
+            only_a = sum(by_pair[a][p] and not by_pair[b][p] for p in common)
+            only_b = sum(by_pair[b][p] and not by_pair[a][p] for p in common)
+            out["mcnemar"].append({"a": a, "b": b, "pairs": len(common), "only_a": only_a,
+                                   "only_b": only_b, "p_value": round(mcnemar(only_a, only_b),
+                                                                      4)})
+    tasks: dict[tuple[str, str], list[PairResult]] = defaultdict(list)
+    for r in results:
+        tasks[(r.task, _row_key(r))].append(r)
+    for (task, key), rs in sorted(tasks.items()):
+        counted = [r for r in rs if r.counted]
+        out["per_task"].append({
+            "task": task, "row": key, "pairs": len(rs), "passed": sum(r.passed for r in counted),
+            "conflicts": sum(r.merge_status in ("conflicts", "missing_input") for r in counted),
+            "errors": sum(r.status == "error" for r in rs),
+            "unsupported": sum(r.status == "unsupported" for r in rs),
+            "seconds_per_pair_median": round(statistics.median(r.timings.total
+                                                               for r in counted), 3)
+            if counted else None,
+        })
+    out["prepared_s"] = prepared or {}
+    out["timings_median_s"] = _timing_medians(results)
+    return out
+
+
+def _reasons(rs: list[PairResult]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for r in rs:
+        out[r.reason.split(":")[0][:60]] += 1
+    return dict(out)
+
+
+def _timing_medians(results: list[PairResult]) -> dict[str, dict[str, float]]:
+    """Per row: medians of each phase (seconds) over counted pairs."""
+    rows: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        if r.counted:
+            rows[_row_key(r)].append(r)
+    out = {}
+    for key, rs in rows.items():
+        out[key] = {f: round(statistics.median(getattr(r.timings, f) for r in rs), 4)
+                    for f in ("open", "fork", "apply", "merge", "test", "test_commands",
+                              "close", "total")}
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
+def render(summary: dict[str, Any], title: str = "CooperBench") -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("setting", "pairs", "passed", "pass rate", "95% CI", "errors", "merge clean",
+                "lead wins", "feature pass", "blocked/pair", "tokens/pair", "s/pair"):
+        table.add_column(col, justify="left" if col == "setting" else "right")
+    for row in summary["rows"]:
+        lo, hi = row["wilson95"]
+        table.add_row(
+            row["row"], str(row["pairs"]), f"{row['passed']}/{row['counted']}",
+            _pct(row["pass_rate"]), f"{lo:.0%}-{hi:.0%}" if row["counted"] else "—",
+            f"{row['errors']}" + (f" (+{row['unsupported']} unsupported)"
+                                  if row["unsupported"] else ""),
+            _pct(row["merge_clean_rate"]), str(row["lead_fallback_wins"]),
+            _pct(row["feature_pass_rate"]), f"{row['blocked_per_pair']:.1f}",
+            f"{row['tokens_per_pair']:.0f}",
+            f"{row['seconds_per_pair_median']:.2f}" if row["seconds_per_pair_median"] else "—")
+    notes = [f"retention {r['row']}/solo = {r['retention']:.2f}" for r in summary["retention"]]
+    notes += [f"McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} discordant of "
+              f"{m['pairs']}, p = {m['p_value']:.3g}" for m in summary["mcnemar"]]
+    table.caption = "\n".join(notes)
+    table.caption_justify = "left"
+    return table
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    lines = ["| setting | pairs | passed | pass rate | 95% CI | errors | merge clean | "
+             "feature pass | s/pair |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in summary["rows"]:
+        lo, hi = row["wilson95"]
+        lines.append(f"| {row['row']} | {row['pairs']} | {row['passed']}/{row['counted']} | "
+                     f"{_pct(row['pass_rate'])} | {lo:.0%}-{hi:.0%} | {row['errors']} | "
+                     f"{_pct(row['merge_clean_rate'])} | {_pct(row['feature_pass_rate'])} | "
+                     f"{row['seconds_per_pair_median']} |")
+    lines.append("")
+    for r in summary["retention"]:
+        lines.append(f"- retention {r['row']}/solo: {r['retention']:.2f}")
+    for m in summary["mcnemar"]:
+        lines.append(f"- McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} "
+                     f"discordant of {m['pairs']} pairs, p = {m['p_value']:.3g}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], results: list[PairResult], path: Path) -> None:
+    """A PNG: pass rate by setting with Wilson intervals, and merge outcomes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary["rows"] if r["counted"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = range(len(rows))
+    rates = [r["pass_rate"] or 0 for r in rows]
+    err = [[rate - r["wilson95"][0] for rate, r in zip(rates, rows, strict=True)],
+           [r["wilson95"][1] - rate for rate, r in zip(rates, rows, strict=True)]]
+    ax1.bar(xs, rates, yerr=err, capsize=4, color="#4c72b0")
+    ax1.set_xticks(list(xs), [r["row"] for r in rows], rotation=30, ha="right")
+    ax1.set_ylim(0, 1)
+    ax1.set_ylabel("pair pass rate (Wilson 95%)")
+    kinds = ["clean", "identical", "conflicts", "missing_input"]
+    merged_rows = [r["row"] for r in rows if r["row"] != "solo"]
+    bottom = [0.0] * len(merged_rows)
+    for kind in kinds:
+        vals = [sum(1 for x in results if x.counted and x.setting != "solo"
+                    and f"{x.setting}/{x.merge}" == row and x.merge_status == kind)
+                for row in merged_rows]
+        ax2.bar(range(len(merged_rows)), vals, bottom=bottom, label=kind)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax2.set_xticks(list(range(len(merged_rows))), merged_rows, rotation=30, ha="right")
+    ax2.set_ylabel("pairs")
+    ax2.set_title("merge outcomes")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""Maintenance scripts of the CooperBench harness (not imported at run time)."""

@@ -1,0 +1,224 @@
+"""CooperBench 0.0.29's grading rules, each on a case built for it: real git, real
+pytest runs, on a tiny repository made in a temp dir."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.cooperbench import Environment, Lab, grade_merged, grade_solo, strip_tests
+from bench.cooperbench._lab import git, parse_results
+from bench.cooperbench._records import FeatureResult, PairResult
+from bench.cooperbench._report import mcnemar, summarize, wilson
+
+BASE = {
+    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+}
+COMMAND = "set -e\npython -m pytest tests/test_calc.py -q -p no:cacheprovider\n"
+
+
+def _diff(repo: Path, files: dict[str, str], paths: tuple[str, ...] = ()) -> str:
+    """The git diff from base that writes `files` (then the checkout goes back to base)."""
+    for p, text in files.items():
+        (repo / p).parent.mkdir(parents=True, exist_ok=True)
+        (repo / p).write_text(text)
+    git(repo, "add", "-A")
+    out = git(repo, "diff", "--cached", "base", "--", *(paths or ["."])).stdout
+    git(repo, "reset", "-q", "--hard", "base")
+    git(repo, "clean", "-fdxq")
+    return out
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    for p, text in BASE.items():
+        (r / p).parent.mkdir(parents=True, exist_ok=True)
+        (r / p).write_text(text)
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "base")
+    git(r, "branch", "base")
+    return r
+
+
+def _mul(repo: Path) -> str:
+    return _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"})
+
+
+def _div(repo: Path) -> str:
+    return _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef div(a, b):\n    return a / b\n"})
+
+
+def _tests(repo: Path, name: str, body: str) -> str:
+    return _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                        + f"\n\ndef test_{name}():\n    from calc import {name}\n\n"
+                          f"    assert {body}\n"})
+
+
+@pytest.fixture
+def lab(repo: Path, tmp_path: Path) -> Lab:
+    return Lab.create(tmp_path / "lab", repo, git(repo, "rev-parse", "base").stdout.strip())
+
+
+def _runner(tests: dict[int, str], command: str = COMMAND):  # type: ignore[no-untyped-def]
+    env = Environment.current()
+
+    def run(lab: Lab, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
+        return lab.run_tests(patch, tests[fid], command, env.env(lab.path), 60)
+
+    return run
+
+
+def test_strip_tests_drops_test_files_of_every_language() -> None:
+    """Test files (tests?/ dirs, test_*, *_test.*, *.test.*, tests.py) leave the patch;
+    source files whose names merely contain 'test' stay."""
+    sections = ["tests/test_a.py", "pkg/foo_test.go", "web/a.test.ts", "app/tests.py",
+                "src/test_util.py", "pkg/core.py", "pkg/latest.py", "contest/x.py"]
+    patch = "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
+                    for p in sections)
+    kept = [ln.split(" b/")[1] for ln in strip_tests(patch).splitlines()
+            if ln.startswith("diff --git")]
+    assert kept == ["pkg/core.py", "pkg/latest.py", "contest/x.py"]
+
+
+def test_parse_results_reads_pytest_jest_go_and_cargo() -> None:
+    """Passed/failed counts come from each framework's summary, as 0.0.29 reads them."""
+    assert parse_results("==== 3 passed, 1 failed, 2 errors in 0.1s ====") == (3, 3)
+    assert parse_results("Tests:       2 failed, 15 passed, 17 total") == (15, 2)
+    assert parse_results("--- PASS: TestA\n--- PASS: TestB\n--- FAIL: TestC\n") == (2, 1)
+    assert parse_results("ok  \tgithub.com/x/y\t0.1s\n") == (1, 0)
+    assert parse_results("FAIL\tgithub.com/x/y [build failed]\nok  \tgithub.com/x/z\n") == (0, 1)
+    assert parse_results("test result: ok. 7 passed; 0 failed; 0 ignored") == (7, 0)
+    assert parse_results("nothing here") == (0, 0)
+
+
+def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Lab) -> None:
+    """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
+    mul = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
+    g = grade_merged(lab, 1, 2, mul, _div(repo), _runner(tests))
+    assert (g.merge_status, g.strategy, g.apply) == ("clean", "naive", ("applied", "applied"))
+    assert g.passed and all(f.tests_passed == 2 for f in g.features)
+    assert "def mul" in g.merged_diff and "def div" in g.merged_diff
+
+
+def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab: Lab) -> None:
+    """A conflicted pair fails both features; the lead fallback counts it passed only
+    when agent1's patch alone passes both suites."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
+    g = grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests))
+    assert g.merge_status == "conflicts" and not g.passed
+    assert [f.passed for f in g.features] == [False, False]
+    assert "merge conflict" in g.features[1].reason
+    both = _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
+                        "\n\ndef div(a, b):\n    return a / b\n"})
+    g = grade_merged(lab, 1, 2, both, _div(repo), _runner(tests))
+    assert g.merge_status == "conflicts" and g.strategy == "solo-agent1" and g.passed
+
+
+def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Lab) -> None:
+    """With merge=union (<= 0.0.15) the conflicting additions are both kept and graded."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
+    g = grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests), policy="union")
+    assert (g.merge_status, g.strategy) == ("conflicts", "union")
+    assert g.passed
+
+
+def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Lab) -> None:
+    """An agent patch git cannot apply, even with --3way, makes the pair missing_input."""
+    bogus = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
+             "@@ -1,2 +1,2 @@\n-def nothing():\n-    pass\n+def x():\n+    pass\n")
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
+    g = grade_merged(lab, 1, 2, _mul(repo), bogus, _runner(tests))
+    assert g.apply == ("applied", "failed") and g.merge_status == "missing_input"
+    assert not g.passed and g.features[0].reason == "a patch did not apply"
+
+
+def test_apply_falls_back_to_three_way(repo: Path, lab: Lab) -> None:
+    """A patch made against another version of a file fails `git apply` but applies with
+    `git apply --3way` (the blob it names is in the repository)."""
+    git(repo, "checkout", "-q", "-b", "side")
+    side = BASE["calc.py"].replace("b\n\n\ndef sub", "b\n# note\n\ndef sub")
+    (repo / "calc.py").write_text(side)
+    git(repo, "commit", "-qam", "side")
+    (repo / "calc.py").write_text(side.replace("a - b", "a - b  # sub"))
+    stale = git(repo, "diff", "--full-index").stdout
+    git(repo, "checkout", "-q", "-f", "main")
+    lab = Lab.create(lab.path.parent / "lab2", repo, lab.base)
+    (lab.path / ".git" / "p.patch").write_text(stale)
+    assert git(lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"),
+             2: _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                             + "\n\ndef test_sub():\n    import calc, inspect\n\n"
+                               "    assert '# sub' in inspect.getsource(calc.sub)\n"})}
+    mul_first = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n"
+                             + BASE["calc.py"]})
+    g = grade_merged(lab, 1, 2, mul_first, stale, _runner(tests))
+    assert g.apply == ("applied", "applied") and g.merge_status == "clean"
+    assert g.passed
+
+
+def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Lab) -> None:
+    """Exit code 0 is not enough: at least one test must be counted as passed."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(2, 3) == 6")}
+    g = grade_solo(lab, 1, 2, _mul(repo), _runner(tests, "set -e\necho all good\n"))
+    assert [f.exit_code for f in g.features] == [0, 0]
+    assert not g.passed and g.features[0].reason == "no test passed"
+    g = grade_solo(lab, 1, 2, _mul(repo), _runner(tests))
+    assert g.passed
+
+
+def test_identical_patches_skip_the_merge(repo: Path, lab: Lab) -> None:
+    """Byte-identical stripped patches are graded once, as 'identical'."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
+    with_test = _mul(repo) + _diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
+    g = grade_merged(lab, 1, 2, with_test, _mul(repo), _runner(tests))
+    assert (g.merge_status, g.strategy) == ("identical", "identical") and g.passed
+
+
+def test_a_clean_merge_can_break_a_test(repo: Path, lab: Lab) -> None:
+    """A merge git calls clean is graded by the tests: feature 2 changes add(), which
+    feature 1's sub() relies on, so feature 1 fails on the merged code."""
+    sub_test = _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                            + "\n\ndef test_sub():\n    from calc import sub\n\n"
+                              "    assert sub(5, 3) == 2\n"})
+    tests = {1: sub_test, 2: _tests(repo, "add", "add(2, 2) == 5")}
+    p1 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a - b", "return add(a, -b)")})
+    p2 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a + b", "return a + b + 1")})
+    g = grade_merged(lab, 1, 2, p1, p2, _runner(tests))
+    assert g.merge_status == "clean"
+    assert [f.passed for f in g.features] == [False, True]
+    assert "test_sub - assert 3 == 2" in g.features[0].output_tail
+
+
+def test_pass_rate_excludes_errors_and_the_statistics_are_right() -> None:
+    """pass_rate = passed / (passed + failed); errors are counted apart. Wilson and
+    McNemar match known values."""
+    def r(status: str, f1: int) -> PairResult:
+        feats = (FeatureResult(id=f1, passed=status == "passed"),
+                 FeatureResult(id=9, passed=status == "passed"))
+        return PairResult(task="t", f1=f1, f2=9, setting="coop", merge="plain", agent="oracle",
+                          status=status, features=feats if status != "error" else ())  # type: ignore[arg-type]
+
+    s = summarize([r("passed", 1), r("failed", 2), r("error", 3), r("error", 4)])
+    row = s["rows"][0]
+    assert (row["passed"], row["counted"], row["errors"], row["pass_rate"]) == (1, 2, 2, 0.5)
+    lo, hi = wilson(1, 2)
+    assert round(lo, 4) == 0.0945 and round(hi, 4) == 0.9055
+    assert wilson(0, 0) == (0.0, 0.0)
+    assert mcnemar(0, 5) == pytest.approx(0.0625) and mcnemar(3, 3) == 1.0
+
+
+def test_lab_runs_tests_offline() -> None:
+    """Where namespaces work, the test command has no network interface but loopback."""
+    env = Environment.current().env(Path("/tmp"))
+    if env.get("CORRAL_BENCH_OFFLINE") != "1":
+        pytest.skip("unshare --net is not available here")
+    r = subprocess.run(["unshare", "--net", "--", "cat", "/proc/net/dev"], capture_output=True,
+                       text=True)
+    assert [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:]] == ["lo"]

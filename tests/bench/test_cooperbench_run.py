@@ -1,0 +1,104 @@
+"""The harness end to end on the bundled mini suite: oracle agents in real Corral
+scopes, graded with real git and real pytest runs; resume after a SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cooperbench import RunSpec, load_tasks, mini_suite, oracle_steps, run
+from bench.cooperbench._records import PairResult
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mini_run(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, int, str, str],
+                                                                PairResult]:
+    out = tmp_path_factory.mktemp("mini")
+    spec = RunSpec(out=out, task="kvstore,textkit", pairs="1-2,3-4",
+                   merges=("plain", "union", "corral"), workers=2)
+    report = run(spec)
+    return {(r.task.split("_")[1], r.f1, r.f2, r.setting, r.merge): r
+            for r in report["results"]}
+
+
+def test_every_setting_and_policy_is_graded(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """4 pairs x (solo + coop and supervised under 3 merge policies) = 28 results, none
+    an error."""
+    assert len(mini_run) == 28
+    assert not [r.reason for r in mini_run.values() if r.status == "error"]
+
+
+def test_same_new_file_conflicts_plainly_and_union_keeps_both(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """kvstore 1-2 both create serialize.py: plain and Corral merges conflict (both
+    features fail), union concatenates both modules and both features pass."""
+    assert mini_run["kvstore", 1, 2, "coop", "plain"].merge_status == "conflicts"
+    assert mini_run["kvstore", 1, 2, "coop", "plain"].status == "failed"
+    assert mini_run["kvstore", 1, 2, "coop", "corral"].merge_status == "conflicts"
+    assert mini_run["kvstore", 1, 2, "coop", "union"].status == "passed"
+
+
+def test_the_guard_blocks_and_the_oracle_hands_off(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """Under the conflict guard the second writer of the same import block is blocked,
+    hands its remaining hunks to the other agent, and the pair merges and passes."""
+    coop = mini_run["textkit", 3, 4, "coop", "plain"]
+    sup = mini_run["textkit", 3, 4, "supervised", "plain"]
+    assert (coop.merge_status, coop.status) == ("conflicts", "failed")
+    assert (sup.blocked, sup.handoffs, sup.merge_status, sup.status) == (1, 1, "clean", "passed")
+    assert mini_run["textkit", 3, 4, "solo", "-"].status == "passed"
+
+
+def test_disjoint_features_pass_everywhere(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """kvstore 3-4 touch different methods: clean in every setting and policy."""
+    for key, r in mini_run.items():
+        if key[:3] == ("kvstore", 3, 4):
+            assert r.status == "passed", (key, r.reason)
+
+
+def test_traces_open_with_corral_trace(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """Each pair's trace is a Corral state directory: `corral trace log` lists the
+    oracle's hunks as fs effects, one per hunk."""
+    r = mini_run["kvstore", 3, 4, "coop", "plain"]
+    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "trace", "log", "agent1",
+                          "--state", r.trace, "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    kinds = [json.loads(line)["effect"]["intent"]["kind"] for line in out.splitlines()]
+    task = load_tasks(mini_suite() / "dataset")["mini_kvstore_task/task1"]
+    assert kinds[0] == "scope.fork"
+    assert len([k for k in kinds if k.startswith("fs.")]) == len(oracle_steps(task.features[3]))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_resume_after_sigkill_loses_no_finished_pair(tmp_path: Path) -> None:
+    """A run killed with SIGKILL keeps every finished pair; --resume runs only the rest."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "coordinator.cli", "bench", "cooperbench", "--task",
+            "shapes", "--settings", "coop", "--out", str(out), "--workers", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while len(_lines(results)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _lines(results)
+    assert 2 <= len(before) < 6, "kill the run mid-way"
+    finished = [PairResult.model_validate_json(line) for line in before]
+    subprocess.run([*argv, "--resume"], check=True, capture_output=True)
+    after = _lines(results)
+    assert after[: len(before)] == before  # finished pairs were kept, not rerun
+    keys = [(r.f1, r.f2) for r in map(PairResult.model_validate_json, after)]
+    assert sorted(keys) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+    assert all(r.status != "error" for r in finished)
