@@ -24,7 +24,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from rich.table import Table
 
 from coordinator import Coordinator, Scope
 
+from ._child import run_child
 from ._synth import checkout, parse_size, source_paths
 
 __all__ = ["render", "run", "run_history", "run_saturate", "run_scopes"]
@@ -182,16 +182,7 @@ def _emit(out: dict[str, Any]) -> None:
 
 
 def _child(args: Sequence[str], timeout: float) -> dict[str, Any]:
-    """Run `python -m bench.scaling ARGS` and take the JSON line it printed
-    before it was killed (by itself, or by us at `timeout`)."""
-    proc = subprocess.run([sys.executable, "-m", "bench.scaling", *args],
-                          capture_output=True, text=True, timeout=timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"bench.scaling {' '.join(args)} failed ({proc.returncode}): "
-                           f"{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return run_child("bench.scaling", args, timeout)
 
 
 def run_history(lengths: Sequence[int], cache: Path | None = None) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from coordinator import Coordinator, CorralError, Scope
 
+from ._child import run_child
 from ._synth import checkout, parse_size, source_paths
 
 __all__ = ["render", "run"]
@@ -171,14 +172,7 @@ async def _reopen(state: Path) -> dict[str, Any]:
 
 
 def _child(args: Sequence[str], timeout: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "bench.soak", *args],
-                          capture_output=True, text=True, timeout=timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"bench.soak {' '.join(args)} failed ({proc.returncode}): "
-                           f"{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return run_child("bench.soak", args, timeout)
 
 
 def run(scopes: int = 64, minutes: float = 10.0, every: float = 30.0,

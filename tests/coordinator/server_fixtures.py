@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,3 +42,20 @@ async def serve(state: Path, repo: Path | None, **config: object) -> AsyncIterat
         url = str(server.make_url("")).rstrip("/")
         async with CorralClient(url, ADMIN) as client:
             yield Served(app, server, client, url)
+
+
+async def serve_process(state: Path, repo: Path | None,
+                        admin: str) -> tuple[subprocess.Popen[str], str]:
+    """`corral serve` as a real process (so a test can SIGKILL it) on a free port:
+    the process and its URL, once it listens."""
+    argv = [sys.executable, "-m", "coordinator.cli", "serve", "--state", str(state),
+            "--port", "0"]
+    if repo is not None:
+        argv += ["--repo", str(repo)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[2],
+                            env={**os.environ, "CORRAL_ADMIN_TOKEN": admin})
+    assert proc.stdout is not None
+    line = await asyncio.to_thread(proc.stdout.readline)
+    assert line.startswith("listening on "), line
+    return proc, line.split()[-1]

@@ -4,11 +4,8 @@ that merges see (issue 9, finding 7)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,21 +13,14 @@ import pytest
 from coordinator import Coordinator
 from coordinator.client import CorralClient
 
+from .server_fixtures import serve_process
+
 ROOT = Path(__file__).parents[2]
 ADMIN = "a.ignored-admin"
 
 
 async def _start(state: Path, repo: Path | None) -> tuple[subprocess.Popen[str], str]:
-    argv = [sys.executable, "-m", "coordinator.cli", "serve", "--state", str(state),
-            "--port", "0"]
-    if repo is not None:
-        argv += ["--repo", str(repo)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "CORRAL_ADMIN_TOKEN": ADMIN})
-    assert proc.stdout is not None
-    line = await asyncio.to_thread(proc.stdout.readline)
-    assert line.startswith("listening on "), line
-    return proc, line.split()[-1]
+    return await serve_process(state, repo, ADMIN)
 
 
 async def test_ignored_files_survive_a_sigkill(tmp_path, sample_repo):

@@ -4,15 +4,15 @@ no write it acknowledged (HTTP 200) to a client."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from coordinator.client import CorralClient
+
+from .server_fixtures import serve_process
 
 ROOT = Path(__file__).parents[2]
 ADMIN = "a.durability-admin"
@@ -20,16 +20,7 @@ CLIENTS = 8
 
 
 async def _start(state: Path, repo: Path | None) -> tuple[subprocess.Popen[str], str]:
-    argv = [sys.executable, "-m", "coordinator.cli", "serve", "--state", str(state),
-            "--port", "0"]
-    if repo is not None:
-        argv += ["--repo", str(repo)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "CORRAL_ADMIN_TOKEN": ADMIN})
-    assert proc.stdout is not None
-    line = await asyncio.to_thread(proc.stdout.readline)
-    assert line.startswith("listening on "), line
-    return proc, line.split()[-1]
+    return await serve_process(state, repo, ADMIN)
 
 
 async def test_sigkill_of_the_server_loses_no_acknowledged_write(tmp_path, sample_repo):
