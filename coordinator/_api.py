@@ -79,6 +79,13 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _components_fit(v: str) -> str:
+    # Longer names fail in the filesystem; say so before anything is proposed.
+    if any(len(part.encode()) > 255 for part in v.split("/")):
+        raise ValueError("a path component is longer than 255 bytes")
+    return v
+
+
 class _Request(BaseModel):
     # Strict: `false` is not a number and `0` is not a boolean, as the schema says.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -91,10 +98,7 @@ class _PathRequest(_Request):
     @field_validator("path")
     @classmethod
     def _components_fit(cls, v: str) -> str:
-        # Longer names fail in the filesystem; say so before anything is proposed.
-        if any(len(part.encode()) > 255 for part in v.split("/")):
-            raise ValueError("a path component is longer than 255 bytes")
-        return v
+        return _components_fit(v)
 
 
 class ForkRequest(_Request):
@@ -123,10 +127,22 @@ class WriteRequest(_PathRequest):
         return base64.b64decode(self.content_b64, validate=True)
 
 
-class PatchRequest(_PathRequest):
+class PatchRequest(_Request):
+    path: RelPath | None = None
+    """With it, `diff` is a diff of this one file, bare hunks allowed (as
+    `Scope.patch(path, diff)`); without it, a whole `git diff` patch of any
+    number of files (as `Scope.patch(diff)`)."""
     diff: Annotated[str, StringConstraints(min_length=1)]
-    """Unified-diff hunks (`@@ -a,b +c,d @@` ...) against the file's current content."""
+    """Unified-diff hunks (`@@ -a,b +c,d @@` ...) against the file's current
+    content, or a whole multi-file `git diff` / `git format-patch` patch."""
+    three_way: bool = False
+    """Fall back to a three-way merge where the patch does not apply (`git apply --3way`)."""
     cause: Cause
+
+    @field_validator("path")
+    @classmethod
+    def _components_fit(cls, v: str | None) -> str | None:
+        return v if v is None else _components_fit(v)
 
 
 class DeleteRequest(_PathRequest):

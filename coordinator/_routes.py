@@ -216,7 +216,10 @@ async def patch(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
     req = await _body(request, PatchRequest)
     with hub.timed("fs.patch"):
-        r = await scope.patch(req.path, req.diff, cause=req.cause)
+        if req.path is None:
+            r = await scope.patch(req.diff, three_way=req.three_way, cause=req.cause)
+        else:
+            r = await scope.patch(req.path, req.diff, three_way=req.three_way, cause=req.cause)
     return _json(_result(r))
 
 
@@ -259,9 +262,10 @@ async def review(request: web.Request) -> web.Response:
         cause = w.cause
     elif req.patch is not None:
         p = req.patch
-        path = scope._writable(p.path)
-        raw = for_one_file(path, p.diff.encode())
-        intent = await hub.c.io(scope._patch_intent, raw, True, False)
+        raw = p.diff.encode()
+        if p.path is not None:
+            raw = for_one_file(scope._writable(p.path), raw)
+        intent = await hub.c.io(scope._patch_intent, raw, p.path is not None, p.three_way)
         cause = p.cause
     elif req.delete is not None:
         intent, cause = FsDelete(path=scope._writable(req.delete.path)), req.delete.cause
@@ -504,7 +508,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", _S + "/dir", list_dir, "List a directory",
           query=(Query("path", "Directory ('' or absent: the root)"),), response=NamesOut),
     Route("POST", _S + "/write", write, "Write a file", body=WriteRequest, response=ResultOut),
-    Route("POST", _S + "/patch", patch, "Apply unified-diff hunks to a file", body=PatchRequest,
+    Route("POST", _S + "/patch", patch,
+          "Apply a patch as git apply does: a whole multi-file patch, or hunks to `path`",
+          body=PatchRequest,
           response=ResultOut),
     Route("POST", _S + "/delete", delete, "Delete a file", body=DeleteRequest,
           response=ResultOut),

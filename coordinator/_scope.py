@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxes import Change, Workspace, apply_changes, check_hidden, default_env
+from sandboxes import Change, TreeTooDeep, Workspace, apply_changes, check_hidden, default_env
 
 from ._effect_path import EffectPath, InThread, Result, _Blocked
 from ._effects import (
@@ -387,6 +387,10 @@ class Scope(EffectPath, History):
                 limits=coord.exec_limits,
                 toolchain=coord.toolchain,
             )
+        except TreeTooDeep as e:
+            # the command ran, but what it made cannot be recorded (nor even scanned)
+            raise PathError(f"the command made a directory tree too deep to record, so "
+                            f"none of its changes are applied: {e}", cause=e) from e
         except Exception as e:
             raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
 

@@ -222,10 +222,15 @@ class CorralClient:
                 "cause": cause}
         return await self._call(ResultOut, "POST", self._s(scope) + "/write", body)
 
-    async def patch(self, scope: str, path: str, diff: str, *,
-                    cause: str | None = None) -> ResultOut:
-        return await self._call(ResultOut, "POST", self._s(scope) + "/patch",
-                                {"path": path, "diff": diff, "cause": cause})
+    async def patch(self, scope: str, path_or_diff: str, diff: str | None = None, *,
+                    three_way: bool = False, cause: str | None = None) -> ResultOut:
+        """As Scope.patch: `patch(scope, diff)` applies a whole multi-file patch,
+        `patch(scope, path, diff)` hunks of one file."""
+        body: dict[str, object] = {"diff": path_or_diff if diff is None else diff,
+                                   "three_way": three_way, "cause": cause}
+        if diff is not None:
+            body["path"] = path_or_diff
+        return await self._call(ResultOut, "POST", self._s(scope) + "/patch", body)
 
     async def delete(self, scope: str, path: str, *, cause: str | None = None) -> ResultOut:
         return await self._call(ResultOut, "POST", self._s(scope) + "/delete",

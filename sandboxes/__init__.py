@@ -20,6 +20,7 @@ from ._base import (
     MutationIntent,
     MutationOp,
     SandboxError,
+    TreeTooDeep,
     Workspace,
     parse_limits,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "MutationOp",
     "OverlayBackend",
     "SandboxError",
+    "TreeTooDeep",
     "Workspace",
     "apply_changes",
     "backends",

@@ -9,7 +9,8 @@ Errors::
 
     SandboxError                 base of everything raised here (.cause)
     ├── BackendUnavailable       the backend cannot run on this machine (.reason)
-    └── ExecUnavailable          no way to run a command isolated (bubblewrap missing)
+    ├── ExecUnavailable          no way to run a command isolated (bubblewrap missing)
+    └── TreeTooDeep              a command made a tree deeper than MAX_SCAN_DEPTH (.path)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "MutationIntent",
     "MutationOp",
     "SandboxError",
+    "TreeTooDeep",
     "Workspace",
 ]
 
@@ -59,6 +61,22 @@ class BackendUnavailable(SandboxError):
 
 class ExecUnavailable(SandboxError):
     """Commands cannot be run isolated on this machine."""
+
+
+MAX_SCAN_DEPTH = 256
+"""Deepest directory a scan of a tree (a command's changes, a workspace's files)
+descends into. Past it the scan raises TreeTooDeep instead of building paths
+the kernel refuses (PATH_MAX) or recursing without end; git could not record
+such a path anyway (the coordinator refuses more than 128 components)."""
+
+
+class TreeTooDeep(SandboxError):
+    """A tree holds a directory deeper than MAX_SCAN_DEPTH; `.path` is the first
+    one found (relative to the tree's root, cut to MAX_SCAN_DEPTH + 1 components)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"directory deeper than {MAX_SCAN_DEPTH} levels: {path[:200]!r}...")
+        self.path = path
 
 
 _MiB = 1024 * 1024

@@ -6,10 +6,11 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ._base import MODE_EXEC, MODE_FILE, MODE_LINK, Change
+from ._base import MAX_SCAN_DEPTH, MODE_EXEC, MODE_FILE, MODE_LINK, Change, TreeTooDeep
 
 __all__ = [
     "apply_changes",
@@ -18,6 +19,7 @@ __all__ = [
     "leaves",
     "read_entry",
     "remove_path",
+    "remove_tree",
     "snapshot_files",
 ]
 
@@ -52,7 +54,8 @@ def read_entry(path: Path, st: os.stat_result | None = None) -> Entry | None:
 
 def leaves(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
     """Every file and symlink at or below `root/rel` (symlinks not followed), as
-    (POSIX path relative to `root`, lstat result). Nothing when absent."""
+    (POSIX path relative to `root`, lstat result). Nothing when absent. Raises
+    TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH."""
     try:
         st = os.lstat(root / rel) if rel else os.lstat(root)
     except (FileNotFoundError, NotADirectoryError):
@@ -72,9 +75,35 @@ def leaves(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
             sub = f"{current}/{entry.name}" if current else entry.name
             est = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(est.st_mode):
+                check_depth(sub)
                 stack.append(sub)
             elif git_mode(est) is not None:
                 yield sub, est
+
+
+def check_depth(rel: str) -> None:
+    """Raise TreeTooDeep if the directory `rel` is deeper than MAX_SCAN_DEPTH."""
+    if rel.count("/") >= MAX_SCAN_DEPTH:
+        raise TreeTooDeep(rel)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete the directory tree at `path`, however deep; nothing when absent.
+
+    shutil.rmtree recurses once per level (RecursionError at ~1,000 levels on
+    Python 3.11, which `ignore_errors` does not catch) and a command can make a
+    tree of any depth. Past that, or on any other error, `rm -rf` (fts: no
+    depth limit, no PATH_MAX) finishes the job, staying on `path`'s filesystem.
+    Errors are ignored as with rmtree(ignore_errors=True): what cannot be
+    removed stays."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError):
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
 
 
 def snapshot_files(root: Path) -> dict[str, Entry]:
@@ -94,7 +123,7 @@ def remove_path(path: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
+        remove_tree(path)
     else:
         os.unlink(path)
 
@@ -203,7 +232,7 @@ def ensure_base(bases: Path, key: str, populate: Callable[[Path], None]) -> Path
     if marker.exists():
         return layer
     if layer.exists():
-        shutil.rmtree(layer)
+        remove_tree(layer)
     layer.mkdir(parents=True)
     populate(layer)
     marker.write_text(key)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._base import Change
-from ._files import leaves, read_entry, remove_path
+from ._files import check_depth, leaves, read_entry, remove_path
 
 __all__ = ["copy_layer", "is_opaque", "is_whiteout", "squash_layers", "upper_changes"]
 
@@ -43,6 +43,7 @@ def upper_changes(upper: Path, lower: Path) -> list[Change]:
 
     Files are compared with `lower`, so a copy-up that kept the content and
     mode (e.g. `touch`) is no change. Returns the changes sorted by path.
+    Raises TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH.
     """
     out: dict[str, Change] = {}
 
@@ -68,6 +69,7 @@ def upper_changes(upper: Path, lower: Path) -> list[Change]:
                     # replaced file or replaced directory: the old content goes;
                     # files written below are added when the walk gets there
                     delete_below(rel)
+                check_depth(rel)  # TreeTooDeep rather than paths past PATH_MAX
                 stack.append(rel)
             else:
                 new = read_entry(Path(entry.path), st)

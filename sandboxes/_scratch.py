@@ -15,12 +15,12 @@ import errno
 import hashlib
 import os
 import secrets
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from ._base import ExecUnavailable
+from ._files import remove_tree
 from ._mount import MountError, mount_tmpfs, mounts_under, umount
 
 __all__ = ["clear_exec_base", "exec_base", "scratch_dir"]
@@ -49,7 +49,7 @@ def scratch_dir(root: Path) -> Iterator[Path]:
             for point in mounts_under(path):  # the slow way, only when needed
                 with contextlib.suppress(MountError):
                     umount(point, detach=True)
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
 
 
 _bases_lock = threading.Lock()
@@ -97,4 +97,4 @@ def clear_exec_base(root: Path) -> None:
             for point in points:
                 with contextlib.suppress(MountError):
                     umount(point, detach=True)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ._base import Backend, Change, ExecResult, Limits, SandboxError, Workspace
 from ._exec import run_isolated, sandbox_idmap
-from ._files import ensure_base, leaves, read_entry
+from ._files import ensure_base, leaves, read_entry, remove_tree
 from ._mount import idmapped_tree, mount_tmpfs, move_tree
 from ._scratch import clear_exec_base, scratch_dir
 
@@ -40,7 +40,7 @@ class CopyWorkspace(Workspace):
         try:
             _copy_tree(source, self.path)
         except BaseException:
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_tree(self.path)
             raise
 
     def _check_live(self) -> None:
@@ -93,7 +93,7 @@ class CopyWorkspace(Workspace):
         if self._discarded:
             return
         self._discarded = True
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_tree(self.path)
         self._backend._forget_workspace(self)
 
     @property
@@ -170,7 +170,7 @@ class CopyBackend(Backend):
         self._closed = False
         clear_exec_base(self.root)
         for d in ("W", "R"):
-            shutil.rmtree(self.root / d, ignore_errors=True)
+            remove_tree(self.root / d)
             (self.root / d).mkdir()
         (self.root / "B").mkdir(exist_ok=True)
 

@@ -24,7 +24,6 @@ import ctypes
 import functools
 import logging
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._base import Backend, ExecResult, Interceptor, Limits, SandboxError, Workspace
+from ._files import remove_tree
 from ._mount import MountError, is_busy, umount
 from .overlay import OverlayBackend, OverlayWorkspace
 
@@ -232,7 +232,7 @@ class FuseBackend(Backend):
         self._lock = threading.Lock()
         self._live: dict[str, FuseWorkspace] = {}
         for d in ("F", "C"):
-            shutil.rmtree(self.root / d, ignore_errors=True)
+            remove_tree(self.root / d)
         (self.root / "F").mkdir()
         self._connections = _fusectl(self.root)
 

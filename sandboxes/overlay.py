@@ -22,7 +22,6 @@ import contextlib
 import functools
 import itertools
 import os
-import shutil
 import stat
 import tempfile
 import threading
@@ -32,7 +31,7 @@ from typing import ClassVar
 
 from ._base import Backend, ExecResult, Limits, SandboxError, Workspace
 from ._exec import SANDBOX_UID, run_isolated, sandbox_idmap
-from ._files import ensure_base, leaves
+from ._files import ensure_base, leaves, remove_tree
 from ._layers import copy_layer, squash_layers, upper_changes
 from ._mount import (
     MountError,
@@ -77,7 +76,7 @@ class OverlayWorkspace(Workspace):
             self._mount()
         except BaseException:
             self._drop_work()
-            shutil.rmtree(self.upper, ignore_errors=True)
+            remove_tree(self.upper)
             self.path.rmdir()
             raise
 
@@ -93,7 +92,7 @@ class OverlayWorkspace(Workspace):
 
     def _drop_work(self) -> None:
         if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
+            remove_tree(self._work)
             self._work = None
 
     def _check_live(self) -> None:
@@ -201,7 +200,7 @@ class OverlayWorkspace(Workspace):
         self._discarded = True
         _umount_quietly(self.path)
         self._drop_work()
-        shutil.rmtree(self.upper, ignore_errors=True)
+        remove_tree(self.upper)
         with contextlib.suppress(OSError):
             os.rmdir(self.path)
         self._backend._release(self._lowers)
@@ -287,7 +286,7 @@ class OverlayBackend(Backend):
         clear_exec_base(self.root)
         self._state = self.root / "t" if tmpfs else self.root
         for d in ("t", *_STATE_DIRS):
-            shutil.rmtree(self.root / d, ignore_errors=True)
+            remove_tree(self.root / d)
         if tmpfs:
             self._state.mkdir()
             mount_tmpfs(self._state)
@@ -344,7 +343,7 @@ class OverlayBackend(Backend):
         try:
             fill(layer)
         except BaseException:
-            shutil.rmtree(layer, ignore_errors=True)
+            remove_tree(layer)
             raise
         with self._lock:
             self._refs[layer] = 1
@@ -372,7 +371,7 @@ class OverlayBackend(Backend):
                         del self._refs[layer]
                         dead.append(layer)
         for layer in dead:
-            shutil.rmtree(layer, ignore_errors=True)
+            remove_tree(layer)
 
 
 def _unmount_all(root: Path) -> None:

@@ -167,3 +167,55 @@ async def test_a_ref_deleted_in_the_journal_is_gone_before_the_checkpoint(tmp_pa
         assert "a" not in coord.trace.scope_names()
         with pytest.raises(NotFound):
             coord.trace.commit(ref)
+
+
+async def test_a_checkpoint_packs_its_ref_moves_into_packed_refs(tmp_path, sample_repo):
+    """A checkpoint writes its ref moves as one `packed-refs` (git's format,
+    sorted): plain git lists them and walks their logs; a loose ref left on
+    disk is replaced, not left shadowing the packed value; a discarded scope's
+    ref leaves packed-refs too. While someone holds packed-refs.lock the refs
+    go loose, one by one, as before."""
+    git_dir = tmp_path / "s" / "trace.git"
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        scopes = [await coord.root.fork(f"s{i}") for i in range(20)]
+        heads = {s.name: (await s.write("f.txt", s.name.encode())).commit for s in scopes}
+        await coord.checkpoint()
+        packed = (git_dir / "packed-refs").read_text()
+        assert packed.startswith("# pack-refs with: ")
+        names = [ln.split(" ", 1)[1] for ln in packed.splitlines()
+                 if ln and ln[0] not in "#^"]
+        assert names == sorted(names)
+        assert not (git_dir / "refs" / "corral" / "scopes" / "s3").exists()  # not loose
+        listed = dict(ln.split(" ", 1) for ln in git(
+            git_dir, "for-each-ref", "--format=%(refname) %(objectname)",
+            "refs/corral/scopes/").stdout.splitlines())
+        for name, commit in heads.items():
+            assert listed[f"refs/corral/scopes/{name}"] == commit
+            assert git(git_dir, "log", "-1", "--format=%H",
+                       f"refs/corral/scopes/{name}").stdout.strip() == commit
+
+        # a stale loose ref (a checkpoint of old, or git itself) must not shadow the move
+        s0 = scopes[0]
+        (git_dir / "refs" / "corral" / "scopes").mkdir(parents=True, exist_ok=True)
+        (git_dir / "refs" / "corral" / "scopes" / "s0").write_text(heads["s0"] + "\n")
+        r = await s0.write("g.txt", b"g")
+        await scopes[1].discard()
+        await coord.checkpoint()
+        assert git(git_dir, "rev-parse", "refs/corral/scopes/s0").stdout.strip() == r.commit
+        assert not (git_dir / "refs" / "corral" / "scopes" / "s0").exists()
+        assert "refs/corral/scopes/s1\n" not in (git_dir / "packed-refs").read_text()
+        assert git(git_dir, "rev-parse", "--verify", "-q", "refs/corral/scopes/s1",
+                   check=False).returncode != 0
+
+        # packed-refs locked: the loose way, still correct
+        (git_dir / "packed-refs.lock").write_text("")
+        try:
+            r2 = await scopes[2].write("h.txt", b"h")
+            await coord.checkpoint()
+        finally:
+            (git_dir / "packed-refs.lock").unlink()
+        assert (git_dir / "refs" / "corral" / "scopes" / "s2").read_text().strip() == r2.commit
+        assert git(git_dir, "rev-parse", "refs/corral/scopes/s2").stdout.strip() == r2.commit
+    assert git(git_dir, "fsck", "--strict").returncode == 0
+    assert git(git_dir, "pack-refs", "--all").returncode == 0  # git takes the file as its own
+    assert git(git_dir, "rev-parse", "refs/corral/scopes/s2").stdout.strip() == r2.commit

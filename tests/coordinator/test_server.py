@@ -270,3 +270,70 @@ async def test_metrics_expose_the_coordinator(srv):
     assert float(done[1]) >= 1
     moved = re.search(r"^corral_trace_checkpoint_objects_total (\S+)$", text, re.M)
     assert float(moved[1]) >= 4  # the blob, a tree, two commits
+
+
+def _git_diff(tmp_path, files: dict[str, bytes], edit: dict[str, bytes]) -> str:
+    """`git diff` of `edit` over `files`, made by git itself in a scratch repository."""
+    import subprocess
+
+    repo = tmp_path / "gd"
+    repo.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True,
+                              capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    for name, data in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(data)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    for name, data in edit.items():
+        (repo / name).write_bytes(data)
+    return git("diff")
+
+
+async def test_whole_multi_file_patch_over_http(srv, tmp_path):
+    """Without `path`, /patch takes a whole `git diff`: one effect, one commit
+    changing both files. One that does not apply is a 400 with git's reason
+    and writes nothing; `three_way` must be a real boolean (422 otherwise)."""
+    c = srv.client
+    await c.fork("root", "a")
+    old = {p: await c.read("a", p) for p in ("README.md", "src/app.py")}
+    new = {p: d + b"added by the patch\n" for p, d in old.items()}
+    diff = _git_diff(tmp_path, old, new)
+    assert diff.count("diff --git") == 2
+    before = len((await c.log("a")).entries)
+    r = await c.patch("a", diff, cause="two files")
+    assert r.ok and r.commit and r.effect.kind == "fs.patch"
+    assert {p: await c.read("a", p) for p in old} == new
+    assert len((await c.log("a")).entries) == before + 1
+    repo = srv.hub.c.trace.repo
+    commit = repo[r.commit]
+    changed = {d.delta.new_file.path for d in repo.diff(commit.parents[0], commit)}
+    assert changed == {"README.md", "src/app.py"}
+
+    # the same patch again no longer applies: 400, git's reason, nothing written
+    head = (await c.log("a")).entries[-1].commit
+    with pytest.raises(PatchError, match=r"patch does not apply|patch failed"):
+        await c.patch("a", diff)
+    assert {p: await c.read("a", p) for p in old} == new
+    assert (await c.log("a")).entries[-1].commit == head
+    h = {"Authorization": "Bearer " + c.token}
+    async with aiohttp.ClientSession(headers=h) as s:
+        async with s.post(srv.url + "/v1/scopes/a/patch", json={"diff": diff}) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and body["error"] == "PatchError", body
+            assert "apply" in body["detail"], body
+        async with s.post(srv.url + "/v1/scopes/a/patch",
+                          json={"diff": diff, "three_way": 1}) as resp:
+            assert resp.status == 422 and (await resp.json())["error"] == "ValidationError"
+        # review takes the same body: the whole patch is judged, nothing is written
+        again = _git_diff(tmp_path / "r", new, {p: d + b"more\n" for p, d in new.items()})
+        async with s.post(srv.url + "/v1/scopes/a/review",
+                          json={"patch": {"diff": again}}) as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["status"] == "allowed", body
+            assert {c["path"] for c in body["effect"]["intent"]["changes"]} == set(old)
+    assert {p: await c.read("a", p) for p in old} == new

@@ -680,3 +680,61 @@ async def test_declared_toolchain_is_the_commands_environment(env, tmp_path: Pat
         assert (r.returncode, r.out) == (0, "7\n"), r.err
     finally:
         shutil.rmtree(venv)
+
+
+_DEEP_TREE = ("import os\nfor _ in range({n}):\n    os.mkdir('d')\n    os.chdir('d')\n"
+              "{end}\nprint('made', flush=True)\n")
+
+
+@pytest.mark.parametrize("backend", ["overlay", "copy"])
+@pytest.mark.parametrize(("depth", "end"), [
+    (1500, "open('f', 'w').write('x')"), (1500, "pass"), (3000, "pass"),
+], ids=["1500-file", "1500-dirs", "3000-dirs"])
+async def test_very_deep_tree_is_refused_and_leaves_nothing(
+    sample_repo: Path, tmp_path: Path, backend: str, depth: int, end: str
+) -> None:
+    """A command making a 1,500-level directory chain (with or without a file at
+    the bottom) gets a PathError, not a crash of the scan (3,000 levels passed
+    PATH_MAX: ENAMETOOLONG, a 500) or of the layer's removal (shutil.rmtree
+    recursed once per level): the scope is unchanged and still runs commands,
+    and no mount or scratch directory of the run is left."""
+    from coordinator import PathError
+    from sandboxes._mount import mounts_under
+    from sandboxes._scratch import exec_base
+
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
+        a = await coord.root.fork("a")
+        files, readme = await a.listdir(), await a.read("README.md")
+        base = exec_base(coord.backend.root)
+        with pytest.raises(PathError, match=r"too deep|cannot be recorded"):
+            await a.exec(["python3", "-c", _DEEP_TREE.format(n=depth, end=end)], timeout=60)
+        # recorded as a failed effect; nothing of the command's applied
+        assert await a.listdir() == files
+        assert await a.read("README.md") == readme
+        assert not (a.path / "d").exists()
+        assert mounts_under(base) == [base]  # only the base tmpfs, while open
+        assert os.listdir(base) == []
+        r = await a.exec(["sh", "-c", "echo ok > ok.txt"], timeout=30)
+        assert isinstance(r.outcome, ExecOutcome) and r.outcome.returncode == 0
+        assert await a.read("ok.txt") == b"ok\n"
+
+
+def test_remove_tree_takes_any_depth(tmp_path: Path) -> None:
+    """remove_tree deletes a 3,000-level chain (past Python's recursion limit for
+    shutil.rmtree and past PATH_MAX) and leaves a sibling alone."""
+    from sandboxes._files import remove_tree
+
+    top = tmp_path / "top"
+    top.mkdir()
+    (tmp_path / "keep").write_text("k")
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(fd)
+    remove_tree(top)
+    assert not top.exists()
+    assert (tmp_path / "keep").read_text() == "k"
+    remove_tree(top)  # absent: nothing
