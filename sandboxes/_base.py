@@ -89,9 +89,11 @@ class Limits:
     timeout_max: float = 900.0
     """Seconds: the longest `timeout` a command may ask for."""
     processes: int = 256
-    """Processes and threads of the sandbox user at once (RLIMIT_NPROC)."""
+    """Processes and threads of the command at once (its pids cgroup where the host
+    has one; always RLIMIT_NPROC of the sandbox user)."""
     memory: int = 4096 * _MiB
-    """Bytes of address space per process (RLIMIT_AS)."""
+    """Bytes of memory the command's processes use together (its memory cgroup where
+    the host has one), and of address space per process (RLIMIT_AS)."""
     output: int = 16 * _MiB
     """Bytes of stdout and of stderr kept; the rest is read and dropped (`truncated`)."""
     file_size: int = 1024 * _MiB

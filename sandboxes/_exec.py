@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ._base import ExecUnavailable, Limits
+from ._cgroup import CommandGroup
 from ._seccomp import seccomp_filter
 
 __all__ = [
@@ -274,12 +275,23 @@ def run_isolated(
         raise ValueError(f"timeout must be in (0, {limits.timeout_max:g}] seconds, not {timeout}")
     tools = _check_toolchain(toolchain, hide)
     env = dict(env) if env is not None else default_env(tools)
+    group = CommandGroup.open(limits.memory, limits.processes)
+    try:
+        return _run(repo, argv, timeout, env, network, limits, tools, tmp, group)
+    finally:
+        if group is not None:
+            group.close()
+
+
+def _run(repo: Path, argv: Sequence[str], timeout: float, env: dict[str, str], network: bool,
+         limits: Limits, tools: list[Path], tmp: Path | None,
+         group: CommandGroup | None) -> Completed:
     read_fd, write_fd = os.pipe()
     try:
         os.write(write_fd, _filter(network))
         os.close(write_fd)
         write_fd = -1
-        cmd = [*_launcher(limits),
+        cmd = [*(group.launcher() if group is not None else []), *_launcher(limits),
                *_bwrap_args(repo, tmp, network, limits, tools, read_fd, env), "--", *argv]
         start = time.monotonic()
         # own process group so a timeout kills bwrap and its helpers in one

@@ -463,6 +463,32 @@ async def test_memory_hog_is_bounded(env) -> None:
     assert "MemoryError" in r.out
 
 
+_HOG = ("import time; b = bytearray(400 << 20); "
+        "[b.__setitem__(i, 1) for i in range(0, len(b), 4096)]; time.sleep(1); print('ok')")
+
+
+async def test_many_processes_share_one_memory_limit(env) -> None:
+    """Six processes of 400 MB each (each under the per-process limit) cannot take
+    more than `memory` together: the command's cgroup kills what passes the total,
+    and the host keeps its memory. With the limit raised, all six live (the control)."""
+    from sandboxes._cgroup import CommandGroup, _parents
+
+    probe = CommandGroup.open(1 << 30, 8)
+    if probe is None:
+        pytest.skip("no writable memory+pids cgroup here: memory is bounded per process only")
+    probe.close()
+    coord, _ = env
+    hogs = " & ".join([f'python3 -c "{_HOG}"'] * 6) + "; wait"
+    coord.exec_limits = dataclasses.replace(Limits(), memory=1 << 30)
+    bounded = await run(coord, hogs)
+    coord.exec_limits = dataclasses.replace(Limits(), memory=8 << 30)
+    control = await run(coord, hogs)
+    assert control.out.count("ok") == 6
+    assert bounded.out.count("ok") <= 2
+    left = [g for parent in _parents() or () for g in parent.glob("corral-exec-*")]
+    assert not left, f"a command's cgroup was left: {left}"
+
+
 async def test_timeout_past_the_maximum_is_refused(env) -> None:
     """A timeout past Limits.timeout_max is a clear error and nothing runs."""
     coord, _ = env

@@ -1,0 +1,116 @@
+"""A memory and pids cgroup per command: the total a command's processes may use
+together, which rlimits (per process) cannot bound.
+
+Where the host lets us (root, a writable cgroup v2 tree with the memory and pids
+controllers, or v1 `memory` and `pids` hierarchies), each run gets a group of its
+own below the coordinator's, with `memory` and `processes` as its ceilings. The
+launcher moves itself in before it starts anything (so nothing escapes the
+group), and the group is removed when the run ends. Where not, `CommandGroup.open`
+returns None and the per-process rlimits are all there is (documented).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import time
+from pathlib import Path
+
+__all__ = ["CommandGroup"]
+
+_CGROUP_FS = Path("/sys/fs/cgroup")
+_serial = itertools.count()
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's cgroup path in the v1 hierarchy of `controller` ("" for v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers.split(",") == [controller] or (controller == "" and controllers == ""):
+            return path
+    return None
+
+
+@functools.cache
+def _parents() -> tuple[Path, ...] | None:
+    """The directories our per-command groups go under: one per v1 hierarchy
+    (memory, pids), or one v2 directory; None when neither is writable."""
+    if os.geteuid() != 0:
+        return None
+    v1 = []
+    for controller in ("memory", "pids"):
+        own = _own_path(controller)
+        if own is None:
+            break
+        v1.append(_CGROUP_FS / controller / own.lstrip("/"))
+    if len(v1) == 2 and all(os.access(p, os.W_OK) for p in v1):
+        return tuple(v1)
+    own2 = _own_path("")
+    for base in (_CGROUP_FS, _CGROUP_FS / "unified"):
+        if own2 is None or not (base / "cgroup.controllers").exists():
+            continue
+        parent = base / own2.lstrip("/")
+        try:
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            continue
+        if {"memory", "pids"} <= set(enabled) and os.access(parent, os.W_OK):
+            return (parent,)
+    return None
+
+
+class CommandGroup:
+    """One run's cgroup(s): `procs` are the files the launcher writes its pid to."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+        self.procs = [d / "cgroup.procs" for d in dirs]
+
+    @classmethod
+    def open(cls, memory: int, processes: int) -> CommandGroup | None:
+        parents = _parents()
+        if parents is None:
+            return None
+        name = f"corral-exec-{os.getpid()}-{next(_serial)}"
+        dirs: list[Path] = []
+        try:
+            for parent in parents:
+                d = parent / name
+                d.mkdir()
+                dirs.append(d)
+                settings = {
+                    "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
+                    "memory.max": memory, "memory.swap.max": 0, "pids.max": processes,
+                }
+                for knob, value in settings.items():
+                    if (d / knob).exists():
+                        (d / knob).write_text(str(value))
+        except OSError:
+            cls(dirs).close()
+            return None
+        return cls(dirs)
+
+    def launcher(self) -> list[str]:
+        """The argv prefix that moves the launcher into the group, then execs the rest
+        (as root, before it drops privileges)."""
+        script = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f"; shift; done; ' \
+                 'shift; exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", *map(str, self.procs), "--"]
+
+    def close(self) -> None:
+        """Remove the group; its processes are gone with the sandbox's pid namespace
+        (a few retries while the kernel finishes tearing it down)."""
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        for pid in (d / "cgroup.procs").read_text().split():
+                            os.kill(int(pid), 9)
+                    time.sleep(0.01)
