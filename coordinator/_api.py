@@ -100,6 +100,9 @@ class _PathRequest(_Request):
 class ForkRequest(_Request):
     name: ScopeName
     """The child scope's name."""
+    at: Annotated[str | None, Field(default=None, min_length=4, max_length=64)]
+    """A commit id (full or abbreviated) in the parent's history to fork from;
+    the parent's head when omitted."""
 
 
 class WriteRequest(_PathRequest):

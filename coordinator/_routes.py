@@ -181,7 +181,7 @@ async def get_scope(request: web.Request) -> web.Response:
 async def fork(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
     req = await _body(request, ForkRequest)
-    child = await scope.fork(req.name)
+    child = await scope.fork(req.name, at=req.at)
     return _json(ForkResponse(scope=_scope_out(child.info()),
                               token=hub.t.issue(child)))
 

@@ -272,6 +272,25 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         assert "alice-2" not in lanes
 
 
+async def test_fork_from_an_older_effect_starts_the_child_at_that_commit(run: Run):
+    """"fork from here" on an effect below the branch's head forks at that effect's
+    commit: the child's head tree is that commit's tree, not the head's."""
+    async with browser_page() as page:
+        old = run.commits["alice_write"]
+        await _login(page, run.srv.url, "#effect=" + old)
+        fork = page.locator("#detail-body .actions", has_text="fork from here")
+        await fork.locator("input").fill("alice-then")
+        await fork.locator("button").click()
+        await page.wait_for_selector(".action-answer:has-text('forked alice-then')")
+        child = srv_scope(run, "alice-then")
+        assert child.parent == "alice"
+        trace = run.srv.hub.c.trace
+        assert srv_scope(run, "alice").head != old
+        assert trace.commit(child.head).tree_id == trace.commit(old).tree_id
+        assert trace.commit(child.head).parents[0].id == trace.commit(old).id
+        await _shot(page, "fork-from-here")
+
+
 def srv_scope(run: Run, name: str):
     return run.srv.hub.c.scopes[name]
 

@@ -270,3 +270,33 @@ async def test_metrics_expose_the_coordinator(srv):
     assert float(done[1]) >= 1
     moved = re.search(r"^corral_trace_checkpoint_objects_total (\S+)$", text, re.M)
     assert float(moved[1]) >= 4  # the blob, a tree, two commits
+
+
+async def test_fork_at_an_earlier_commit_over_http(srv):
+    """`at` forks from a commit in the parent's history, not only its head: the
+    child's head tree is that commit's tree and its workspace reads as it did
+    then. A commit off the parent's history is refused (400), as is an unknown one."""
+    c = srv.client
+    alice = c.with_token((await c.fork("root", "alice")).token)
+    first = await alice.write("alice", "src/new.py", b"one\n")
+    await alice.write("alice", "src/new.py", b"two\n")
+    await alice.delete("alice", "docs/guide.md")
+    assert first.commit
+    child = await c.fork("alice", "alice-old", at=first.commit[:10])
+    assert child.scope.parent == "alice"
+    trace = srv.hub.coord.trace
+    assert trace.commit(child.scope.head).tree_id == trace.commit(first.commit).tree_id
+    assert await c.read("alice-old", "src/new.py") == b"one\n"
+    assert "guide.md" in await c.listdir("alice-old", "docs")
+    assert await c.read("alice", "src/new.py") == b"two\n"  # the parent is untouched
+    # and the child writes on from there
+    w = await c.with_token(child.token).write("alice-old", "src/other.py", b"three\n")
+    assert w.ok
+    bob = await c.fork("root", "bob")
+    with pytest.raises(RewindError):
+        await c.fork("bob", "bob-2", at=first.commit)  # alice's commit, not bob's history
+    with pytest.raises(NotFound):
+        await c.fork("root", "nowhere", at="deadbeef")
+    assert bob.scope.name == "bob"
+    schemas = openapi(srv.app[API_ROUTES])["components"]["schemas"]
+    assert "at" in schemas["ForkRequest"]["properties"]
