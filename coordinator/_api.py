@@ -372,6 +372,8 @@ class TraceEntryOut(_Response):
     tree: str
     subject: str
     effect: Effect | None
+    time: int = 0
+    """When the effect was recorded: the commit's time, epoch seconds."""
 
 
 class LogResponse(_Response):

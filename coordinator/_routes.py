@@ -388,7 +388,7 @@ async def handoff(request: web.Request) -> web.Response:
 
 def _entry(e: TraceEntry) -> TraceEntryOut:
     return TraceEntryOut(commit=e.commit, parents=list(e.parents), tree=e.tree,
-                         subject=e.subject, effect=e.effect)
+                         subject=e.subject, effect=e.effect, time=e.time)
 
 
 LOG_PAGE_MAX = 1000

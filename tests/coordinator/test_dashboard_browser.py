@@ -291,6 +291,35 @@ async def test_fork_from_an_older_effect_starts_the_child_at_that_commit(run: Ru
         await _shot(page, "fork-from-here")
 
 
+async def test_the_live_stream_opens_with_the_recorded_effects_then_goes_on_live(run: Run):
+    """A page opened after the run is not blank: the stream holds the live branches'
+    recorded effects, newest first, marked as recorded; a new effect then arrives
+    on top as a live event, and no effect is listed twice."""
+    trace = run.srv.hub.c.trace
+    ids = {n.commit: n.id for n in graph_of(trace).nodes}
+    async with browser_page() as page:
+        await _login(page, run.srv.url)
+        await page.wait_for_selector("#stream tr.recorded")
+        info = await page.inner_text("#stream-info")
+        assert "recorded before this page opened" in info
+        rows = await page.eval_on_selector_all(
+            "#stream tr", "rs => rs.map(r => r.cells[1].textContent)")
+        for name in ("alice_write", "model_call", "bob_pow", "root_merge", "bob_readme"):
+            assert ids[run.commits[name]] in rows, name
+        newest, older = ids[run.commits["root_merge"]], ids[run.commits["alice_write"]]
+        assert rows.index(newest) < rows.index(older)
+        assert len(rows) == len(set(rows))
+        # a recorded row opens its effect like a live one
+        await page.click(f"#stream tr >> text='{ids[run.commits['bob_pow']]}'")
+        await page.wait_for_selector("#detail-body .diff:has-text('src/pow.py')")
+        await _shot(page, "stream-on-load")
+
+        r = await run.srv.client.inject("alice", "a live note")
+        await page.wait_for_selector(f"#stream tr:not(.recorded) >> text='{r.effect.id}'")
+        first = await page.eval_on_selector("#stream tr", "r => r.cells[1].textContent")
+        assert first == r.effect.id
+
+
 def srv_scope(run: Run, name: str):
     return run.srv.hub.c.scopes[name]
 

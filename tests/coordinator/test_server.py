@@ -300,3 +300,21 @@ async def test_fork_at_an_earlier_commit_over_http(srv):
     assert bob.scope.name == "bob"
     schemas = openapi(srv.app[API_ROUTES])["components"]["schemas"]
     assert "at" in schemas["ForkRequest"]["properties"]
+
+
+async def test_log_entries_and_graph_nodes_carry_the_commit_time(tmp_path, sample_repo):
+    """Each log entry and graph node says when it was recorded: the commit's time
+    (the coordinator's clock, whole epoch seconds), for timelines."""
+    ticks = iter(range(1_700_000_000, 1_700_001_000, 7))
+    async with serve(tmp_path / "state", sample_repo, clock=lambda: next(ticks)) as s:
+        c = s.client
+        await c.fork("root", "alice")
+        await c.write("alice", "a.txt", b"a\n")
+        entries = (await c.log("alice")).entries
+        times = [e.time for e in entries if e.effect]
+        assert len(times) == 2 and times == sorted(times) and times[1] - times[0] == 7
+        page = await c.log("alice", limit=1)
+        assert page.entries[0].time == times[-1]
+        graph = await c.request("GET", "/v1/graph")
+        by_commit = {n["commit"]: n["time"] for n in graph["nodes"]}
+        assert [by_commit[e.commit] for e in entries if e.effect] == times
