@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,35 @@ async def test_the_live_stream_opens_with_the_recorded_effects_then_goes_on_live
         await page.wait_for_selector(f"#stream tr:not(.recorded) >> text='{r.effect.id}'")
         first = await page.eval_on_selector("#stream tr", "r => r.cells[1].textContent")
         assert first == r.effect.id
+
+
+async def test_scope_page_shows_a_timeline_with_times_waits_and_durations(run: Run):
+    """The scope page lists its effects oldest first with the wall-clock time each
+    was recorded (its commit's time, UTC), the wait since the previous one, and a
+    command's duration as a bar."""
+    c = run.srv.client
+    x = await c.exec("alice", ["sh", "-c", "sleep 1.2"])
+    assert x.ok and x.commit
+    trace = run.srv.hub.c.trace
+    async with browser_page() as page:
+        await _login(page, run.srv.url, "#scope=alice")
+        row = page.locator(f".timeline tr[data-commit='{x.commit}']")
+        await row.wait_for()
+        cells = await row.locator("td").all_inner_texts()
+        when = datetime.fromtimestamp(trace.commit(x.commit).commit_time, UTC)
+        assert cells[0] == when.strftime("%H:%M:%S")
+        assert "exec" in cells[1] and cells[2].startswith("+")
+        took = float(cells[3].split()[0])
+        assert 1.2 <= took < 5
+        assert await row.locator(".bar.run").evaluate("b => b.offsetWidth") > 0
+        commits = await page.eval_on_selector_all(
+            ".timeline tbody tr", "rs => rs.map(r => r.dataset.commit)")
+        log = [e.commit for e in (await c.log("alice")).entries if e.effect]
+        assert commits == log  # oldest first, every effect of the branch
+        heading = await page.inner_text(".timeline h3")
+        assert heading.startswith(f"Timeline ({len(log)} effects over")
+        await page.locator(".timeline").scroll_into_view_if_needed()
+        await _shot(page, "timeline")
 
 
 def srv_scope(run: Run, name: str):
