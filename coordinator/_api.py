@@ -104,6 +104,9 @@ class _PathRequest(_Request):
 class ForkRequest(_Request):
     name: ScopeName
     """The child scope's name."""
+    at: Annotated[str | None, Field(default=None, min_length=4, max_length=64)]
+    """A commit id (full or abbreviated) in the parent's history to fork from;
+    the parent's head when omitted."""
 
 
 class WriteRequest(_PathRequest):
@@ -385,6 +388,8 @@ class TraceEntryOut(_Response):
     tree: str
     subject: str
     effect: Effect | None
+    time: int = 0
+    """When the effect was recorded: the commit's time, epoch seconds."""
 
 
 class LogResponse(_Response):

@@ -181,7 +181,7 @@ async def get_scope(request: web.Request) -> web.Response:
 async def fork(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
     req = await _body(request, ForkRequest)
-    child = await scope.fork(req.name)
+    child = await scope.fork(req.name, at=req.at)
     return _json(ForkResponse(scope=_scope_out(child.info()),
                               token=hub.t.issue(child)))
 
@@ -392,7 +392,7 @@ async def handoff(request: web.Request) -> web.Response:
 
 def _entry(e: TraceEntry) -> TraceEntryOut:
     return TraceEntryOut(commit=e.commit, parents=list(e.parents), tree=e.tree,
-                         subject=e.subject, effect=e.effect)
+                         subject=e.subject, effect=e.effect, time=e.time)
 
 
 LOG_PAGE_MAX = 1000

@@ -59,6 +59,9 @@ class TraceEntry:
     tree: str
     effect: Effect | None
     subject: str
+    time: int = 0
+    """The commit's time, epoch seconds (git keeps whole seconds): when the
+    coordinator recorded the effect, by its clock."""
 
 
 _ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
@@ -575,6 +578,7 @@ class Trace:
             tree=str(commit.tree_id),
             effect=effect,
             subject=subject.strip(),
+            time=commit.commit_time,
         )
 
     def show(self, rev: str) -> TraceEntry:

@@ -52,6 +52,8 @@ class NodeOut(_Out):
     cause: str | None
     paths: list[str]
     """Paths the effect names or changed (for search by path)."""
+    time: int = 0
+    """When the effect was recorded: the commit's time, epoch seconds."""
 
 
 class LaneOut(_Out):
@@ -207,7 +209,7 @@ def _node(entry: TraceEntry, lane: int) -> NodeOut:
     return NodeOut(commit=entry.commit, parents=list(entry.parents), lane=lane,
                    subject=entry.subject, id=e.id, seq=e.seq, kind=e.kind, status=e.status,
                    verdict=e.decision.verdict if e.decision else None, cause=e.cause,
-                   paths=_paths(e))
+                   paths=_paths(e), time=entry.time)
 
 
 def _oldest_first(entries: dict[str, TraceEntry], owner: dict[str, int]) -> list[str]:

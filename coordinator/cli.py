@@ -32,7 +32,8 @@ trace_app = typer.Typer(rich_markup_mode=None,
                         help="Read a coordinator's trace (a git repository).",
                         no_args_is_help=True)
 bench_app = typer.Typer(rich_markup_mode=None,
-                        help="Benchmarks: print a table, and --json FILE for data.",
+                        help="Benchmarks: print a table; --json prints the report as JSON, "
+                             "-o/--json-out FILE writes it.",
                         no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 app.add_typer(bench_app, name="bench")
@@ -41,6 +42,46 @@ console = Console()
 err = Console(stderr=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", "-s", help="Coordinator state directory.")]
+
+# One convention for JSON across the CLI: `--json` is a flag that prints JSON on
+# stdout (the human output moves to stderr), `-o/--json-out FILE` writes the
+# report to FILE. The old `--json FILE` of `demo` and `bench` still works (a
+# hidden positional argument takes the FILE) with a note on stderr.
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
+JsonOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE."),
+]
+LegacyJsonFile = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Argument(hidden=True, metavar="", show_default=False,
+                   help="The old `--json FILE` form: the same as -o FILE."),
+]
+
+
+def _json_target(flag: bool, out: Path | None, legacy: Path | None) -> tuple[bool, Path | None]:
+    """(print JSON on stdout?, file to write it to) from --json, -o and the old
+    `--json FILE` (parsed as the flag and a positional FILE)."""
+    if legacy is None:
+        return flag, out
+    if not flag:
+        _fail(f"unexpected argument {str(legacy)!r}; to write the report as JSON give "
+              "-o/--json-out FILE", 2)
+    if out is not None:
+        _fail("give the report's file once: -o/--json-out FILE", 2)
+    err.print(f"[yellow]note:[/] `--json FILE` is the old form; use `-o {legacy}` "
+              "(`--json` alone prints JSON on stdout)")
+    return False, legacy
+
+
+def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:
+    """Write the report to `path` and/or print it on stdout."""
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2))
+        (err if to_stdout else console).print(f"wrote {path}")
+    if to_stdout:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
 def _backend_name(value: str | None) -> str | None:
     """Refuse an unknown --backend before any work starts (not a KeyError later)."""
     if value is None:
@@ -72,25 +113,26 @@ def demo(
         typer.Option("--state", "-s", help="Keep the demo's state here (default: a temp dir)."),
     ] = None,
     backend: BackendOpt = None,
-    json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the demo's report as JSON.")  # noqa: UP045
-    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
 ) -> None:
     """Run the built-in demo: two scripted agents, a blocked conflict, a rewind, a merge."""
     from agents.demo import run_demo
 
+    to_stdout, json_out = _json_target(json_flag, json_out, legacy_json)
+    out = err if to_stdout else console
     try:
-        report = asyncio.run(run_demo(console, state, backend))
+        report = asyncio.run(run_demo(out, state, backend))
     except CorralError as e:
         _fail(str(e))
         return
-    console.print(
+    out.print(
         f"[bold]done[/] in {report.seconds:.2f}s: {report.effects} effects, "
         f"{len(report.blocked)} blocked, merged {', '.join(report.merged) or 'nothing'}, "
         f"tests {'pass' if report.tests_passed else 'FAIL'}"
     )
-    if json_out:
-        json_out.write_text(json.dumps(report.as_dict(), indent=2))
+    _emit_json(report.as_dict(), to_stdout, json_out)
     if not report.tests_passed or len(report.merged) != 2:
         raise typer.Exit(1)
 
@@ -122,7 +164,8 @@ def run_cmd(
     squash: Annotated[bool, typer.Option(
         "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
         "history (one commit per effect).")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
     agent: Annotated[str, typer.Option(
         help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
     )] = "builtin",
@@ -134,17 +177,16 @@ def run_cmd(
 
     try:
         report = asyncio.run(run_with_progress(
-            err if json_out else console, repo, task, model=model, base_url=base_url,
+            err if json_flag else console, repo, task, model=model, base_url=base_url,
             supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
             retries=retries, backend=backend, squash=squash, agent=agent,
         ))
     except (CorralError, ModelError, ValueError) as e:
         _fail(str(e))
         return
-    if json_out:
-        sys.stdout.write(json.dumps(report.as_dict(), indent=2) + "\n")
-    else:
+    if not json_flag:
         console.print(render_report(report))
+    _emit_json(report.as_dict(), json_flag, json_out)
     if not report.ok:
         for message in report.errors:
             err.print(f"[red]error:[/] {message}")
@@ -195,8 +237,10 @@ def trace_log(
     full: Annotated[bool, typer.Option("--full", metavar="",
                                        help="Also the parent's history before the fork.")
                     ] = False,
-    json_out: Annotated[bool, typer.Option("--json", metavar="",
-                                           help="Print effects as JSON lines.")] = False,
+    json_flag: Annotated[bool, typer.Option("--json", metavar="",
+                                            help="Print effects as JSON lines.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--json-out", "-o", metavar="FILE", help="Write effects as JSON lines to FILE.")] = None,
 ) -> None:
     """The effects on a scope's branch since its fork, oldest first (--full: from the
     snapshot, ancestors' effects included)."""
@@ -207,10 +251,13 @@ def trace_log(
         start = next((i for i, e in enumerate(entries) if e.effect is not None
                       and e.effect.kind == "scope.fork" and e.effect.scope == scope), 0)
         entries = entries[start:]
-    if json_out:
-        for e in entries:
-            sys.stdout.write(json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
-                mode="json") if e.effect else None}) + "\n")
+    if json_flag or json_out:
+        lines = "".join(json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
+            mode="json") if e.effect else None}) + "\n" for e in entries)
+        if json_out:
+            json_out.write_text(lines)
+        if json_flag:
+            sys.stdout.write(lines)
         return
     if note:
         err.print(f"[yellow]note:[/] {note}")
@@ -489,12 +536,11 @@ def hook_cmd(
     raise typer.Exit(answer.exit_code)
 
 
-def _show(table: Table, report: dict[str, Any], json_out: Path | None) -> None:
-    """Print a benchmark's table and, with --json, write its report."""
-    console.print(table)
-    if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"wrote {json_out}")
+def _show(table: Table, report: dict[str, Any], target: tuple[bool, Path | None]) -> None:
+    """Print a benchmark's table (on stderr with --json) and its report as JSON."""
+    to_stdout, path = target
+    (err if to_stdout else console).print(table)
+    _emit_json(report, to_stdout, path)
 
 
 @bench_app.command("substrate")
@@ -506,9 +552,9 @@ def bench_substrate(
         Optional[Path],  # noqa: UP045
         typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
     ] = None,
-    json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
-    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
     fuse: Annotated[
         Optional[bool],  # noqa: UP045
         typer.Option("--fuse/--no-fuse", help="Add the fuse rows (default: where fuse works)."),
@@ -525,20 +571,20 @@ def bench_substrate(
     saturating-writer rows (--sizes '' for those alone)."""
     from bench import scaling, substrate
 
+    to_stdout, json_path = _json_target(json_flag, json_out, legacy_json)
+    out = err if to_stdout else console
     size_list = [s.strip() for s in sizes.split(",") if s.strip()]
     report: dict[str, Any] = {}
     if size_list:
         report = substrate.run(size_list, runs=runs, backend=backend, cache=cache, fuse=fuse)
-        console.print(substrate.render(report))
+        out.print(substrate.render(report))
     report["scaling"] = scaling.run(
         history=[int(n) for n in history.split(",") if n.strip()],
         scopes=[int(n) for n in scopes.split(",") if n.strip()],
         saturate=saturate, cache=cache)
     for table in scaling.render(report["scaling"]):
-        console.print(table)
-    if json_out:
-        json_out.write_text(json.dumps(report, indent=2))
-        console.print(f"wrote {json_out}")
+        out.print(table)
+    _emit_json(report, to_stdout, json_path)
 
 
 @bench_app.command("soak")
@@ -550,16 +596,17 @@ def bench_soak(
         Optional[Path],  # noqa: UP045
         typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
     ] = None,
-    json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
-    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
 ) -> None:
     """Many scopes for minutes: RSS, fds, layers, mounts, journal and packs over
     time, then a kill and the reopen."""
     from bench import soak
 
+    target = _json_target(json_flag, json_out, legacy_json)  # before any work
     report = soak.run(scopes=scopes, minutes=minutes, every=every, cache=cache)
-    _show(soak.render(report), report, json_out)
+    _show(soak.render(report), report, target)
 
 
 @bench_app.command("server")
@@ -570,30 +617,32 @@ def bench_server(
     guard: Annotated[bool, typer.Option("--guard/--no-guard",
                                         help="Serve with the conflict guard.")] = True,
     backend: BackendOpt = None,
-    json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
-    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
 ) -> None:
     """HTTP throughput and latency of writes (under the conflict guard) and reads."""
     from bench import server as server_bench
 
+    target = _json_target(json_flag, json_out, legacy_json)  # before any work
     report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
                               seconds=seconds, backend=backend, guard=guard)
-    _show(server_bench.render(report), report, json_out)
+    _show(server_bench.render(report), report, target)
 
 
 @bench_app.command("replay")
 def bench_replay(
     diverge: Annotated[str, typer.Option(help="Steps to diverge at (comma-separated).")] = "4,8",
-    json_out: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the report as JSON.")  # noqa: UP045
-    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
 ) -> None:
     """Prompt-cache reuse of fork-and-replay against the local model server."""
     from bench import replay as replay_bench
 
+    target = _json_target(json_flag, json_out, legacy_json)  # before any work
     report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()])
-    _show(replay_bench.render(report), report, json_out)
+    _show(replay_bench.render(report), report, target)
 
 
 @bench_app.command(

@@ -204,9 +204,13 @@ class CorralClient:
     async def scope(self, name: str) -> ScopeOut:
         return await self._call(ScopeOut, "GET", self._s(name))
 
-    async def fork(self, parent: str, name: str) -> ForkResponse:
-        """Fork `name` from `parent`; the response carries the child's token."""
-        return await self._call(ForkResponse, "POST", self._s(parent) + "/fork", {"name": name})
+    async def fork(self, parent: str, name: str, *, at: str | None = None) -> ForkResponse:
+        """Fork `name` from `parent` (at its head, or at `at`, a commit in its
+        history); the response carries the child's token."""
+        body: dict[str, object] = {"name": name}
+        if at is not None:
+            body["at"] = at
+        return await self._call(ForkResponse, "POST", self._s(parent) + "/fork", body)
 
     async def read(self, scope: str, path: str) -> bytes:
         r = await self._call(ReadResponse, "GET", self._s(scope) + "/file", params={"path": path})

@@ -67,6 +67,9 @@ def test_show_inlines_blobs_and_blob_prints_one(state: Path):
     log = [json.loads(line) for line in
            _cli("trace", "log", "alice", "--state", str(state), "--json").splitlines()]
     exec_commit = next(e["commit"] for e in log if e["effect"]["intent"]["kind"] == "exec")
+    out = state.parent / "log.jsonl"
+    _cli("trace", "log", "alice", "--state", str(state), "-o", str(out))
+    assert [json.loads(line) for line in out.read_text().splitlines()] == log
     shown = json.loads(_cli("trace", "show", exec_commit, "--state", str(state), "--blobs"))
     stdout_id = shown["effect"]["outcome"]["stdout"]
     assert shown["blobs"][stdout_id].startswith("word00 word01")

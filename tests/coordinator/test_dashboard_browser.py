@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,83 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         assert run.srv.hub.c.last_discard("alice-2") is not None
         lanes = await page.eval_on_selector_all(".chip.lane", "els => els.map(e => e.textContent)")
         assert "alice-2" not in lanes
+
+
+async def test_fork_from_an_older_effect_starts_the_child_at_that_commit(run: Run):
+    """"fork from here" on an effect below the branch's head forks at that effect's
+    commit: the child's head tree is that commit's tree, not the head's."""
+    async with browser_page() as page:
+        old = run.commits["alice_write"]
+        await _login(page, run.srv.url, "#effect=" + old)
+        fork = page.locator("#detail-body .actions", has_text="fork from here")
+        await fork.locator("input").fill("alice-then")
+        await fork.locator("button").click()
+        await page.wait_for_selector(".action-answer:has-text('forked alice-then')")
+        child = srv_scope(run, "alice-then")
+        assert child.parent == "alice"
+        trace = run.srv.hub.c.trace
+        assert srv_scope(run, "alice").head != old
+        assert trace.commit(child.head).tree_id == trace.commit(old).tree_id
+        assert trace.commit(child.head).parents[0].id == trace.commit(old).id
+        await _shot(page, "fork-from-here")
+
+
+async def test_the_live_stream_opens_with_the_recorded_effects_then_goes_on_live(run: Run):
+    """A page opened after the run is not blank: the stream holds the live branches'
+    recorded effects, newest first, marked as recorded; a new effect then arrives
+    on top as a live event, and no effect is listed twice."""
+    trace = run.srv.hub.c.trace
+    ids = {n.commit: n.id for n in graph_of(trace).nodes}
+    async with browser_page() as page:
+        await _login(page, run.srv.url)
+        await page.wait_for_selector("#stream tr.recorded")
+        info = await page.inner_text("#stream-info")
+        assert "recorded before this page opened" in info
+        rows = await page.eval_on_selector_all(
+            "#stream tr", "rs => rs.map(r => r.cells[1].textContent)")
+        for name in ("alice_write", "model_call", "bob_pow", "root_merge", "bob_readme"):
+            assert ids[run.commits[name]] in rows, name
+        newest, older = ids[run.commits["root_merge"]], ids[run.commits["alice_write"]]
+        assert rows.index(newest) < rows.index(older)
+        assert len(rows) == len(set(rows))
+        # a recorded row opens its effect like a live one
+        await page.click(f"#stream tr >> text='{ids[run.commits['bob_pow']]}'")
+        await page.wait_for_selector("#detail-body .diff:has-text('src/pow.py')")
+        await _shot(page, "stream-on-load")
+
+        r = await run.srv.client.inject("alice", "a live note")
+        await page.wait_for_selector(f"#stream tr:not(.recorded) >> text='{r.effect.id}'")
+        first = await page.eval_on_selector("#stream tr", "r => r.cells[1].textContent")
+        assert first == r.effect.id
+
+
+async def test_scope_page_shows_a_timeline_with_times_waits_and_durations(run: Run):
+    """The scope page lists its effects oldest first with the wall-clock time each
+    was recorded (its commit's time, UTC), the wait since the previous one, and a
+    command's duration as a bar."""
+    c = run.srv.client
+    x = await c.exec("alice", ["sh", "-c", "sleep 1.2"])
+    assert x.ok and x.commit
+    trace = run.srv.hub.c.trace
+    async with browser_page() as page:
+        await _login(page, run.srv.url, "#scope=alice")
+        row = page.locator(f".timeline tr[data-commit='{x.commit}']")
+        await row.wait_for()
+        cells = await row.locator("td").all_inner_texts()
+        when = datetime.fromtimestamp(trace.commit(x.commit).commit_time, UTC)
+        assert cells[0] == when.strftime("%H:%M:%S")
+        assert "exec" in cells[1] and cells[2].startswith("+")
+        took = float(cells[3].split()[0])
+        assert 1.2 <= took < 5
+        assert await row.locator(".bar.run").evaluate("b => b.offsetWidth") > 0
+        commits = await page.eval_on_selector_all(
+            ".timeline tbody tr", "rs => rs.map(r => r.dataset.commit)")
+        log = [e.commit for e in (await c.log("alice")).entries if e.effect]
+        assert commits == log  # oldest first, every effect of the branch
+        heading = await page.inner_text(".timeline h3")
+        assert heading.startswith(f"Timeline ({len(log)} effects over")
+        await page.locator(".timeline").scroll_into_view_if_needed()
+        await _shot(page, "timeline")
 
 
 def srv_scope(run: Run, name: str):

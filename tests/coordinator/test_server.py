@@ -337,3 +337,51 @@ async def test_whole_multi_file_patch_over_http(srv, tmp_path):
             assert resp.status == 200 and body["status"] == "allowed", body
             assert {c["path"] for c in body["effect"]["intent"]["changes"]} == set(old)
     assert {p: await c.read("a", p) for p in old} == new
+
+
+async def test_fork_at_an_earlier_commit_over_http(srv):
+    """`at` forks from a commit in the parent's history, not only its head: the
+    child's head tree is that commit's tree and its workspace reads as it did
+    then. A commit off the parent's history is refused (400), as is an unknown one."""
+    c = srv.client
+    alice = c.with_token((await c.fork("root", "alice")).token)
+    first = await alice.write("alice", "src/new.py", b"one\n")
+    await alice.write("alice", "src/new.py", b"two\n")
+    await alice.delete("alice", "docs/guide.md")
+    assert first.commit
+    child = await c.fork("alice", "alice-old", at=first.commit[:10])
+    assert child.scope.parent == "alice"
+    trace = srv.hub.coord.trace
+    assert trace.commit(child.scope.head).tree_id == trace.commit(first.commit).tree_id
+    assert await c.read("alice-old", "src/new.py") == b"one\n"
+    assert "guide.md" in await c.listdir("alice-old", "docs")
+    assert await c.read("alice", "src/new.py") == b"two\n"  # the parent is untouched
+    # and the child writes on from there
+    w = await c.with_token(child.token).write("alice-old", "src/other.py", b"three\n")
+    assert w.ok
+    bob = await c.fork("root", "bob")
+    with pytest.raises(RewindError):
+        await c.fork("bob", "bob-2", at=first.commit)  # alice's commit, not bob's history
+    with pytest.raises(NotFound):
+        await c.fork("root", "nowhere", at="deadbeef")
+    assert bob.scope.name == "bob"
+    schemas = openapi(srv.app[API_ROUTES])["components"]["schemas"]
+    assert "at" in schemas["ForkRequest"]["properties"]
+
+
+async def test_log_entries_and_graph_nodes_carry_the_commit_time(tmp_path, sample_repo):
+    """Each log entry and graph node says when it was recorded: the commit's time
+    (the coordinator's clock, whole epoch seconds), for timelines."""
+    ticks = iter(range(1_700_000_000, 1_700_001_000, 7))
+    async with serve(tmp_path / "state", sample_repo, clock=lambda: next(ticks)) as s:
+        c = s.client
+        await c.fork("root", "alice")
+        await c.write("alice", "a.txt", b"a\n")
+        entries = (await c.log("alice")).entries
+        times = [e.time for e in entries if e.effect]
+        assert len(times) == 2 and times == sorted(times) and times[1] - times[0] == 7
+        page = await c.log("alice", limit=1)
+        assert page.entries[0].time == times[-1]
+        graph = await c.request("GET", "/v1/graph")
+        by_commit = {n["commit"]: n["time"] for n in graph["nodes"]}
+        assert [by_commit[e.commit] for e in entries if e.effect] == times
