@@ -456,16 +456,18 @@ class Trace:
             if tree is not None and parent_head is not None and parent_head != intent.at:
                 tree = self._drop(tree, self.ignored_since(parent_head, intent.at))
             return {name: tree} if tree is not None or self.ref(name) is not None else {}
-        tree = self.ref(name)
         if isinstance(intent, ScopeRewind):
+            tree = self.ref(name)
             if tree is None:
                 return {}
             return {name: self._drop(tree, self.ignored_since(intent.head, intent.to))}
+        # Every effect passes here: most touch no ignored file and must not pay a
+        # ref lookup (a loose-ref stat when the journal does not hold it).
         changes = load_ignored(self, getattr(effect.outcome, "ignored_files", None))
         if not changes:
             return {}
-        new = self.build_tree(tree, {c.path: (c.blob, c.mode) if c.blob else None
-                                     for c in changes})
+        new = self.build_tree(self.ref(name), {c.path: (c.blob, c.mode) if c.blob else None
+                                               for c in changes})
         return {name: None if new == EMPTY_TREE else new}
 
     def _drop(self, tree: str, paths: Iterable[str]) -> str | None:
