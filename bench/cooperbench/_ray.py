@@ -12,7 +12,6 @@ from typing import Any
 
 from ._agents import load_agent
 from ._dataset import Task
-from ._env import Unsupported
 from ._pair import run_unit
 from ._records import PairResult
 from ._store import ResultStore
@@ -24,7 +23,7 @@ _CONTEXTS: dict[str, Any] = {}
 
 
 def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]], float]:
-    from ._run import TaskContext, _skipped
+    from ._run import TaskContext, _unprepared
 
     ctx = _CONTEXTS.get(task.key)
     prepared = 0.0
@@ -37,12 +36,9 @@ def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]],
         except Exception as e:
             ctx = e
         _CONTEXTS[task.key] = ctx
-    if isinstance(ctx, Unsupported):
-        results = _skipped(task, unit, spec, "unsupported", str(ctx))
-    elif isinstance(ctx, BaseException):
-        results = _skipped(task, unit, spec, "error",
-                           f"preparing the task: {type(ctx).__name__}: {ctx}")
-    else:
+    results = _unprepared(task, unit, spec, ctx)
+    if results is None:
+        assert isinstance(ctx, TaskContext)
         lab = ctx.lab()
         try:
             results = asyncio.run(run_unit(spec.unit_config(), task, unit.pair, unit.setting,

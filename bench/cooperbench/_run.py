@@ -133,6 +133,17 @@ class TaskContext:
         self._free.append(lab)
 
 
+def _unprepared(task: Task, unit: Any, spec: Any, ctx: object) -> list[PairResult] | None:
+    """A unit's results when its task could not be prepared (unsupported, or
+    preparing failed); None when `ctx` is a ready TaskContext."""
+    if isinstance(ctx, Unsupported):
+        return _skipped(task, unit, spec, "unsupported", str(ctx))
+    if isinstance(ctx, BaseException):
+        return _skipped(task, unit, spec, "error",
+                        f"preparing the task: {type(ctx).__name__}: {ctx}")
+    return None
+
+
 def _skipped(task: Task, unit: Unit, spec: RunSpec, status: str, reason: str
              ) -> list[PairResult]:
     merges: Sequence[str] = ("-",) if unit.setting == "solo" else spec.merges
@@ -188,12 +199,9 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
                 return
             task = tasks[unit.pair.task]
             ctx = await context(task)
-            if isinstance(ctx, Unsupported):
-                results = _skipped(task, unit, spec, "unsupported", str(ctx))
-            elif isinstance(ctx, BaseException):
-                results = _skipped(task, unit, spec, "error",
-                                   f"preparing the task: {type(ctx).__name__}: {ctx}")
-            else:
+            results = _unprepared(task, unit, spec, ctx)
+            if results is None:
+                assert isinstance(ctx, TaskContext)
                 lab = await asyncio.to_thread(ctx.lab)
                 try:
                     results = await run_unit(cfg, task, unit.pair, unit.setting, agent,
