@@ -16,6 +16,7 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,8 +81,57 @@ def exec_base(root: Path) -> Path:
             base.mkdir(mode=0o711)
         if not os.path.ismount(base):
             mount_tmpfs(base, mode=0o711)
+            # who owns this base, so a later process can tell a crashed
+            # owner's leftovers (see _sweep_stale) from a live one's
+            fd = os.open(base / _OWNER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:  # 0600: runs need not know the state path
+                f.write(str(root))
+            _sweep_stale(top, keep=base)
         _bases.add(base)
     return base
+
+
+_OWNER = ".root"
+_GRACE_S = 60.0  # a base younger than this may still be getting its owner file
+
+
+def _sweep_stale(top: Path, keep: Path) -> None:
+    """Unmount and delete bases whose backend root is gone: what a process
+    killed before close() left behind, which no one would ever reopen (its
+    state directory was deleted, as tests and `corral demo` do). A base
+    whose root still exists is left for that root's next open to clear."""
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    mounted = mounts_under(top)  # one read of mountinfo for the whole sweep
+    now = time.time()
+    for entry in entries:
+        base = Path(entry.path)
+        if base == keep or base in _bases:
+            continue
+        try:
+            owner: str | None = (base / _OWNER).read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            owner = None
+        except OSError:
+            continue
+        if owner is not None and os.path.exists(owner):
+            continue
+        if owner is None:
+            # no owner file: a base being set up right now, or one from a
+            # release that wrote none; only its unmounted husk is swept
+            if base in mounted:
+                continue
+            with contextlib.suppress(OSError):
+                if now - os.lstat(base).st_mtime < _GRACE_S:
+                    continue
+        for point in mounted:  # deepest first, the base itself last
+            if point == base or base in point.parents:
+                with contextlib.suppress(MountError):
+                    umount(point, detach=True)
+        if not os.path.ismount(base):
+            remove_tree(base)
 
 
 def clear_exec_base(root: Path) -> None:
