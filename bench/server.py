@@ -8,14 +8,12 @@ throughput, end-to-end latency (p50/p99, client side) and the coordinator's own
 time per effect, from the server's `corral_effect_seconds` histogram (time
 inside the scope operation: policy chain, blob, workspace, commit, ref).
 
-    python -m bench.server --clients 1,4,16,64 --seconds 3 --json report.json
+    corral bench server --clients 1,4,16,64 --seconds 3 -o report.json
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import platform
 import re
@@ -30,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from coordinator.client import CorralClient
 
-__all__ = ["TARGETS", "main", "render", "run", "run_async", "verdict"]
+__all__ = ["TARGETS", "render", "run", "run_async", "verdict"]
 
 ADMIN = "a.bench-server"
 TARGETS = {
@@ -228,24 +225,8 @@ def verdict(report: dict[str, Any]) -> str:
     return "targets: " + "; ".join(parts)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m bench.server [--clients 1,4,16,64] [--seconds S] [--json FILE]`."""
-    parser = argparse.ArgumentParser(prog="corral bench server", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="1,4,16,64")
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--backend", default=None)
-    parser.add_argument("--no-guard", dest="guard", action="store_false",
-                        help="serve without the conflict guard (to measure its share)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
-    args = parser.parse_args(argv)
-    report = run([int(c) for c in args.clients.split(",")], seconds=args.seconds,
-                 backend=args.backend, guard=args.guard)
-    Console().print(render(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m bench.server ...` is `corral bench server ...`: one command line
+    from bench.cli import app
+
+    app(["server", *sys.argv[1:]], prog_name="corral bench")
