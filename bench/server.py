@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich import box
 from rich.table import Table
 
@@ -40,9 +40,6 @@ TARGETS = {
     "writes_per_s": 500.0,
     "reads_per_s": 3000.0,
 }
-_BUCKET = re.compile(r'^corral_effect_seconds_bucket\{kind="([^"]+)",le="([^"]+)"\} (\S+)$')
-_SUM = re.compile(r'^corral_effect_seconds_(sum|count)\{kind="([^"]+)"\} (\S+)$')
-
 
 def _make_repo(path: Path, files: int = 200) -> None:
     path.mkdir(parents=True)
@@ -57,12 +54,18 @@ def _make_repo(path: Path, files: int = 200) -> None:
 
 
 def _histograms(text: str) -> dict[str, dict[str, Any]]:
+    """The `corral_effect_seconds` histogram of a /metrics scrape, per effect kind:
+    {"buckets": {le: cumulative count}, "sum": s, "count": n}."""
     out: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        if m := _BUCKET.match(line):
-            out.setdefault(m[1], {"buckets": {}})["buckets"][float(m[2])] = float(m[3])
-        elif m := _SUM.match(line):
-            out.setdefault(m[2], {"buckets": {}})[m[1]] = float(m[3])
+    for family in text_string_to_metric_families(text):
+        if family.name != "corral_effect_seconds":
+            continue
+        for sample in family.samples:
+            kind = out.setdefault(sample.labels["kind"], {"buckets": {}})
+            if sample.name.endswith("_bucket"):
+                kind["buckets"][float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith(("_sum", "_count")):
+                kind[sample.name.rsplit("_", 1)[1]] = sample.value
     return out
 
 
@@ -95,9 +98,11 @@ def _delta_quantiles(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
 def _lat(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {"p50_ms": 0.0, "p99_ms": 0.0}
-    s = sorted(samples)
-    return {"p50_ms": round(statistics.median(s) * 1e3, 3),
-            "p99_ms": round(s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3, 3)}
+    # inclusive: interpolated between the samples, never past the slowest one
+    p99 = statistics.quantiles(samples, n=100, method="inclusive")[98] if len(samples) > 1 \
+        else samples[0]
+    return {"p50_ms": round(statistics.median(samples) * 1e3, 3),
+            "p99_ms": round(p99 * 1e3, 3)}
 
 
 async def _phase(url: str, scopes: list[str], seconds: float, write: bool) -> dict[str, Any]:
