@@ -340,7 +340,7 @@ def load_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> list[str]:
         except Exception as e:  # any failure of third-party code: report, keep the rest
             skipped.append(ep.name)
             err.print(f"[yellow]warning:[/] the {ep.name!r} commands ({ep.value}) are "
-                      f"unavailable: {type(e).__name__}: {e}", highlight=False)
+                      f"unavailable: {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
     return skipped
 
 
