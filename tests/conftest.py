@@ -55,7 +55,9 @@ def _backends() -> list[str]:
     return list(sandboxes.backends)
 
 
-@pytest.fixture(params=["overlay", "copy", "fuse"])
+# overlay and fuse mount: marked `root`, so `-m "not root"` is what runs unprivileged
+@pytest.fixture(params=[pytest.param("overlay", marks=pytest.mark.root), "copy",
+                        pytest.param("fuse", marks=pytest.mark.root)])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; skips (with the reason) where one cannot run here."""
     import sandboxes

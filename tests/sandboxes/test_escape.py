@@ -46,7 +46,8 @@ def _why_skip() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip()))
+pytestmark = [pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip())),
+              pytest.mark.root]
 
 SECRET = "corral-host-secret-4f1c9a"
 

@@ -13,7 +13,7 @@ from sandboxes import MODE_FILE, BackendUnavailable, OverlayBackend, choose_back
 from sandboxes.overlay import SQUASH_AT, OverlayWorkspace
 from tests.sandboxes.conftest import expected_base, mounts_under, overlay_only, populate_base
 
-pytestmark = overlay_only
+pytestmark = [overlay_only, pytest.mark.root]
 
 
 @pytest.fixture(params=[False, True], ids=["disk", "tmpfs"])
