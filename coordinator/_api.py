@@ -94,12 +94,13 @@ class _StrictBase64(Base64Encoder):
 
 Base64 = Annotated[bytes, EncodedBytes(encoder=_StrictBase64)]
 """Bytes that travel as base64 text (standard alphabet, padded): a model holds the
-bytes, its JSON the text. Built from Python values, the field takes the base64 text too."""
+bytes, its JSON the text. Built in Python, it takes the encoded form too (`b64`)."""
 
 
-def b64(data: bytes) -> str:
-    """`data` as base64 text, to build a response's `Base64` field from bytes."""
-    return base64.b64encode(data).decode("ascii")
+def b64(data: bytes) -> bytes:
+    """`data` base64-encoded: what a `Base64` field is built from in Python (the
+    field decodes its input, so `ReadResponse(content_b64=b64(data))` holds `data`)."""
+    return base64.b64encode(data)
 
 
 def _components_fit(v: str) -> str:

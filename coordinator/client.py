@@ -123,7 +123,7 @@ class Reviewer:
         if rewritten is not None:
             body["rewritten"] = rewritten
         if content is not None:
-            body["content_b64"] = b64(content)
+            body["content_b64"] = b64(content).decode("ascii")
         if until is not None:
             body["until"] = until
         await self._ws.send_str(json.dumps(body))
