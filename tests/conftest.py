@@ -55,9 +55,10 @@ def _backends() -> list[str]:
     return list(sandboxes.backends)
 
 
-# overlay and fuse mount: marked `root`, so `-m "not root"` is what runs unprivileged
+# overlay and fuse mount: marked `root`, so `-m "not root"` is what runs unprivileged;
+# FUSE is also `slow` (a mount and a file server per workspace)
 @pytest.fixture(params=[pytest.param("overlay", marks=pytest.mark.root), "copy",
-                        pytest.param("fuse", marks=pytest.mark.root)])
+                        pytest.param("fuse", marks=[pytest.mark.root, pytest.mark.slow])])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; skips (with the reason) where one cannot run here."""
     import sandboxes

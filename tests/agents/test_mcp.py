@@ -123,6 +123,7 @@ def calc_repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 async def test_mcp_stdio_session_blocks_and_rewinds(tmp_path: Path, calc_repo: Path) -> None:
     """Over stdio, `corral mcp` acting through a running server: a blocked edit comes back
     as a tool error with the guard's reason, and a supervisor's rewind shows in the tools."""
@@ -166,6 +167,7 @@ async def test_mcp_http_needs_the_scopes_token(tmp_path: Path, calc_repo: Path) 
             assert r.status == 401
 
 
+@pytest.mark.slow
 async def test_mcp_in_process_stdio(tmp_path: Path, calc_repo: Path) -> None:
     """`corral mcp --state DIR` opens the coordinator itself and forks the scope."""
     from coordinator import Coordinator

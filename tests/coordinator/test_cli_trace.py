@@ -76,6 +76,7 @@ def test_show_inlines_blobs_and_blob_prints_one(state: Path):
     assert _cli("trace", "blob", stdout_id, "--state", str(state)).startswith("word00 word01")
 
 
+@pytest.mark.slow
 def test_graph_names_the_refs(state: Path):
     """`trace graph` decorates commits with Corral's ref names."""
     import subprocess

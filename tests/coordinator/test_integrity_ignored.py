@@ -23,6 +23,7 @@ async def _start(state: Path, repo: Path | None) -> tuple[subprocess.Popen[str],
     return await serve_process(state, repo, ADMIN)
 
 
+@pytest.mark.slow
 async def test_ignored_files_survive_a_sigkill(tmp_path, sample_repo):
     """An API write of build/out.o and a command's build/gen.txt, acknowledged,
     are there after `kill -9` and a restart; so is what a fork inherited; a

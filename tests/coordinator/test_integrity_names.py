@@ -52,6 +52,7 @@ async def test_python_fork_of_a_bad_name_raises_path_error(tmp_path, sample_repo
         assert coord.trace.scope_names() == ["root"]
 
 
+@pytest.mark.slow
 async def test_a_journal_holding_an_invalid_ref_is_salvaged_on_open(tmp_path, sample_repo):
     """A state dir whose journal names a ref git refuses (what older versions
     wrote for a scope named `x.`, then were killed) opens, checkpoints, and

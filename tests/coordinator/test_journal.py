@@ -85,6 +85,7 @@ class BlockAll(Policy):
         return Decision(verdict="block", reason="no")
 
 
+@pytest.mark.slow
 async def test_roll_up_keeps_packs_few_and_prunes_nothing(
     tmp_path, sample_repo, monkeypatch, caplog
 ):

@@ -45,7 +45,7 @@ def state_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(params=[pytest.param("overlay", marks=pytest.mark.root),
                         pytest.param("overlay-tmpfs", marks=pytest.mark.root), "copy",
-                        pytest.param("fuse", marks=pytest.mark.root)])
+                        pytest.param("fuse", marks=[pytest.mark.root, pytest.mark.slow])])
 def live_backend(state_root: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A backend of each kind, overlay also with its layers on tmpfs; skips
     (with the reason) a backend that cannot run here."""

@@ -47,7 +47,7 @@ def _why_skip() -> str | None:
 
 
 pytestmark = [pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip())),
-              pytest.mark.root]
+              pytest.mark.root, pytest.mark.slow]
 
 SECRET = "corral-host-secret-4f1c9a"
 
