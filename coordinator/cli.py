@@ -333,8 +333,13 @@ def load_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> list[str]:
     `group` names a callable taking the app. A plug-in that cannot be imported or
     fails while registering is skipped with one line on stderr (its commands are
     then missing; the rest of the CLI works). Returns the names of those skipped."""
+    found = sorted(entry_points(group=group), key=lambda ep: ep.name)
+    if not found:  # one distribution ships every package: its metadata is out of date
+        err.print(f"[yellow]warning:[/] no package added commands ({group} is empty): "
+                  "reinstall Corral (pip install -e .) to get demo, run, bench and the others",
+                  highlight=False, soft_wrap=True)
     skipped = []
-    for ep in sorted(entry_points(group=group), key=lambda ep: ep.name):
+    for ep in found:
         try:
             ep.load()(root)
         except Exception as e:  # any failure of third-party code: report, keep the rest

@@ -109,3 +109,15 @@ def test_python_m_on_a_benchmark_runs_its_typer_command(module: str) -> None:
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"corral bench {module.split('.')[1]}" in r.stdout and "--json-out" in r.stdout
+
+
+def test_no_plugin_at_all_says_how_to_get_the_commands_back(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With an empty group (metadata installed before the group existed) the CLI
+    says to reinstall, instead of only "No such command 'demo'"."""
+    import typer
+
+    from coordinator.cli import load_commands
+
+    assert load_commands(typer.Typer(), "corral.no-such-group") == []
+    assert "reinstall Corral (pip install -e .)" in capsys.readouterr().err
