@@ -42,6 +42,7 @@ app.add_typer(trace_app, name="trace")
 
 StateOpt = Annotated[Path, typer.Option("--state", "-s", help="Coordinator state directory.")]
 
+
 def _trace(state: Path) -> Trace:
     if not (state / "trace.git" / "HEAD").exists():
         fail(f"{state} is not a Corral state directory (no trace.git)")
