@@ -56,8 +56,9 @@ def _backends() -> list[str]:
 
 
 # overlay and fuse mount: marked `root`, so `-m "not root"` is what runs unprivileged;
-# FUSE is also `slow` (a mount and a file server per workspace)
-@pytest.fixture(params=[pytest.param("overlay", marks=pytest.mark.root), "copy",
+# both are `slow` too: the fast subset runs each backend test on the copy backend
+@pytest.fixture(params=[pytest.param("overlay", marks=[pytest.mark.root, pytest.mark.slow]),
+                        "copy",
                         pytest.param("fuse", marks=[pytest.mark.root, pytest.mark.slow])])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; skips (with the reason) where one cannot run here."""

@@ -116,6 +116,7 @@ def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     assert tempfile.gettempdir()  # (the test process's own temp dir is untouched)
 
 
+@pytest.mark.slow
 async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_repo) -> None:
     """`events(scope="bob")` works (it raised TypeError) and `scopes="bob"` means the
     scope bob, not the scopes b, o, b."""

@@ -42,6 +42,7 @@ async def _deferred(sub: Subscription, task: asyncio.Task) -> Event:
     return event
 
 
+@pytest.mark.slow
 async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sample_repo):
     policy = WaitForMerge("shared.txt", "bob")
     async with Coordinator.open(tmp_path / "s", sample_repo, policies=[policy]) as coord:
@@ -62,6 +63,7 @@ async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sa
         assert await a.read("shared.txt") == b"alice's\n"
 
 
+@pytest.mark.slow
 async def test_deferral_ends_blocked_after_the_timeout(tmp_path, sample_repo):
     async with Coordinator.open(tmp_path / "s", sample_repo,
                                 policies=[WaitForMerge("shared.txt", "bob")]) as coord:

@@ -41,6 +41,7 @@ async def test_guard_follows_siblings_through_rewind_and_reopen(tmp_path: Path, 
         assert (await b.write("docs/guide.md", b"bob's guide\n")).ok
 
 
+@pytest.mark.slow
 async def test_claims_reserve_paths_and_lines(tmp_path: Path, sample_repo):
     guard = ConflictGuard()
     async with Coordinator.open(tmp_path / "s", sample_repo, policies=[guard]) as coord:
