@@ -9,7 +9,6 @@ blocked intent reads the same whichever way the agent is connected.
 
 from __future__ import annotations
 
-import base64
 import os
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -162,8 +161,7 @@ class RemoteAccess:
         said = Said(ok=r.ok, blocked=r.status == "blocked", reason=r.reason,
                     policy=d.policy if d else "default", commit=r.commit, effect=r.effect.id)
         if isinstance(r, ExecResultOut) and r.returncode is not None:
-            stdout = base64.b64decode(r.stdout_b64 or "")
-            stderr = base64.b64decode(r.stderr_b64 or "")
+            stdout, stderr = r.stdout_b64 or b"", r.stderr_b64 or b""
             return replace(said, returncode=r.returncode, output=_output(stdout, stderr),
                            timed_out=r.timed_out)
         return said

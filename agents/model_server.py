@@ -25,11 +25,9 @@ are `cache_creation_input_tokens`, and `input_tokens` is the rest, as in Anthrop
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,7 @@ from aiohttp import web
 from agents.providers import CacheUsage, PrefixCache, Reply, ToolCall, tokenize
 
 # Reply and ToolCall are the script vocabulary, re-exported so tests import one module.
-__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedModelServer", "ToolCall", "main"]
+__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedModelServer", "ToolCall"]
 
 Api = Literal["openai", "anthropic"]
 
@@ -366,27 +364,8 @@ def _load_script(path: Path) -> dict[str, list[Reply | str]]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Runs the server until interrupted: `python -m agents.model_server --script s.json`."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--block-size", type=int, default=64)
-    parser.add_argument("--script", type=Path, help="JSON file: {model: [step, ...]}")
-    args = parser.parse_args(argv)
-
-    async def serve() -> None:
-        server = ScriptedModelServer(host=args.host, port=args.port, block_size=args.block_size)
-        for model, steps in (_load_script(args.script) if args.script else {}).items():
-            server.script(model, steps)
-        async with server:
-            print(f"OpenAI base_url {server.base_url}", flush=True)
-            print(f"Anthropic base_url {server.anthropic_base_url}", flush=True)
-            await asyncio.Event().wait()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
-
-
 if __name__ == "__main__":
-    main()
+    # `python -m agents.model_server ...` is `corral model-server ...`: one command line
+    from agents.cli import app
+
+    app(["model-server", *sys.argv[1:]], prog_name="corral")

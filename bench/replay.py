@@ -8,14 +8,12 @@ before k are served from the recording (zero tokens), step k and after go live. 
 is the share of the live suffix's prompt tokens the server served from its cache (Shepherd
 reports about 95%; the target is >= 95%).
 
-    python -m bench.replay [--diverge 4,8] [--json FILE]
+    corral bench replay [--diverge 4,8] [-o FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import tempfile
@@ -23,10 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-__all__ = ["TARGET", "main", "render", "run", "run_async"]
+__all__ = ["TARGET", "render", "run", "run_async"]
 
 TARGET = 0.95
 
@@ -160,19 +157,8 @@ def render(report: dict[str, Any]) -> Table:
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Prompt-cache reuse of fork-and-replay.")
-    parser.add_argument("--diverge", default="4,8", help="Steps to diverge at (comma list).")
-    parser.add_argument("--functions", type=int, default=60, help="Size of the source file.")
-    parser.add_argument("--edits", type=int, default=10, help="Edit steps in the task.")
-    parser.add_argument("--json", type=Path, help="Write the report as JSON.")
-    args = parser.parse_args(argv)
-    report = run([int(k) for k in args.diverge.split(",") if k], args.functions, args.edits)
-    Console().print(render(report))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-    sys.exit(0)
-
-
 if __name__ == "__main__":
-    main()
+    # `python -m bench.replay ...` is `corral bench replay ...`: one command line
+    from bench.cli import app
+
+    app(["replay", *sys.argv[1:]], prog_name="corral bench")

@@ -8,17 +8,14 @@ throughput, end-to-end latency (p50/p99, client side) and the coordinator's own
 time per effect, from the server's `corral_effect_seconds` histogram (time
 inside the scope operation: policy chain, blob, workspace, commit, ref).
 
-    python -m bench.server --clients 1,4,16,64 --seconds 3 --json report.json
+    corral bench server --clients 1,4,16,64 --seconds 3 -o report.json
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -29,13 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from coordinator.client import CorralClient
 
-__all__ = ["TARGETS", "main", "render", "run", "run_async", "verdict"]
+__all__ = ["TARGETS", "render", "run", "run_async", "verdict"]
 
 ADMIN = "a.bench-server"
 TARGETS = {
@@ -43,9 +40,6 @@ TARGETS = {
     "writes_per_s": 500.0,
     "reads_per_s": 3000.0,
 }
-_BUCKET = re.compile(r'^corral_effect_seconds_bucket\{kind="([^"]+)",le="([^"]+)"\} (\S+)$')
-_SUM = re.compile(r'^corral_effect_seconds_(sum|count)\{kind="([^"]+)"\} (\S+)$')
-
 
 def _make_repo(path: Path, files: int = 200) -> None:
     path.mkdir(parents=True)
@@ -60,12 +54,18 @@ def _make_repo(path: Path, files: int = 200) -> None:
 
 
 def _histograms(text: str) -> dict[str, dict[str, Any]]:
+    """The `corral_effect_seconds` histogram of a /metrics scrape, per effect kind:
+    {"buckets": {le: cumulative count}, "sum": s, "count": n}."""
     out: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        if m := _BUCKET.match(line):
-            out.setdefault(m[1], {"buckets": {}})["buckets"][float(m[2])] = float(m[3])
-        elif m := _SUM.match(line):
-            out.setdefault(m[2], {"buckets": {}})[m[1]] = float(m[3])
+    for family in text_string_to_metric_families(text):
+        if family.name != "corral_effect_seconds":
+            continue
+        for sample in family.samples:
+            kind = out.setdefault(sample.labels["kind"], {"buckets": {}})
+            if sample.name.endswith("_bucket"):
+                kind["buckets"][float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith(("_sum", "_count")):
+                kind[sample.name.rsplit("_", 1)[1]] = sample.value
     return out
 
 
@@ -98,6 +98,9 @@ def _delta_quantiles(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
 def _lat(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {"p50_ms": 0.0, "p99_ms": 0.0}
+    # p99 is a sample (nearest rank), not statistics.quantiles' interpolation: on a
+    # long tail the two differ by up to the gap between the slowest samples, and the
+    # figures must stay comparable with earlier runs
     s = sorted(samples)
     return {"p50_ms": round(statistics.median(s) * 1e3, 3),
             "p99_ms": round(s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3, 3)}
@@ -228,24 +231,8 @@ def verdict(report: dict[str, Any]) -> str:
     return "targets: " + "; ".join(parts)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m bench.server [--clients 1,4,16,64] [--seconds S] [--json FILE]`."""
-    parser = argparse.ArgumentParser(prog="corral bench server", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="1,4,16,64")
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--backend", default=None)
-    parser.add_argument("--no-guard", dest="guard", action="store_false",
-                        help="serve without the conflict guard (to measure its share)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
-    args = parser.parse_args(argv)
-    report = run([int(c) for c in args.clients.split(",")], seconds=args.seconds,
-                 backend=args.backend, guard=args.guard)
-    Console().print(render(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m bench.server ...` is `corral bench server ...`: one command line
+    from bench.cli import app
+
+    app(["server", *sys.argv[1:]], prog_name="corral bench")

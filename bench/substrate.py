@@ -6,7 +6,7 @@ Each size gets its own coordinator on a fresh state directory; opening it
 Every operation is timed `runs` times end to end through the public async API
 and reported as median and p90 in milliseconds, against the design targets.
 
-    python -m bench.substrate 10MB 500MB --runs 20 --json report.json
+    corral bench substrate --sizes 10MB,500MB --runs 20 -o report.json
 
 Where the fuse backend works, each size also gets a fuse column (FUSE_OPS): fork,
 a stat+read walk of the checkout through the FUSE mount and through the overlay
@@ -17,9 +17,7 @@ with the conflict guard.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -42,7 +40,7 @@ from coordinator import ConflictGuard, Coordinator, ExecOutcome, Scope, allow_al
 
 from ._synth import CheckoutSpec, checkout, parse_size, source_paths
 
-__all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "main", "render", "run", "run_async"]
+__all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "render", "run", "run_async"]
 
 OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead",
        "tree_diff_16k", "tree_diff_16k_full")
@@ -526,30 +524,8 @@ def render(report: dict[str, Any]) -> Table:
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: `python -m bench.substrate [SIZES...] [--runs N] [--backend B]
-    [--cache DIR] [--json FILE] [--no-progress]`. Returns the exit status."""
-    parser = argparse.ArgumentParser(prog="corral bench substrate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sizes", nargs="*", default=["10MB", "500MB", "3GB"],
-                        help="checkout sizes: 10MB, 500MB, 3GB or any <n>MB (default: all three)")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--backend", default=None, help="overlay, copy, ... (default: best)")
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="checkout cache (default: $CORRAL_BENCH_CACHE or "
-                             "~/.cache/corral/bench)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=None,
-                        help="measure the fuse column (default: where the fuse backend works)")
-    args = parser.parse_args(argv)
-    report = run(args.sizes, args.runs, args.backend, args.cache, not args.no_progress,
-                 args.fuse)
-    Console().print(render(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m bench.substrate ...` is `corral bench substrate ...`: one command line
+    from bench.cli import app
+
+    app(["substrate", *sys.argv[1:]], prog_name="corral bench")

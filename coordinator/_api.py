@@ -12,13 +12,16 @@ import binascii
 from typing import Annotated, Literal
 
 from pydantic import (
+    Base64Encoder,
     BaseModel,
     ConfigDict,
+    EncodedBytes,
     Field,
     StringConstraints,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ._effects import Effect, FileChange, Intent, Message, Verdict
 from ._errors import CorralError
@@ -27,6 +30,7 @@ from ._merge import MergeResult
 __all__ = [
     "API_VERSION",
     "BadRequest",
+    "Base64",
     "BlobOut",
     "ConflictOut",
     "DeleteRequest",
@@ -75,8 +79,28 @@ class BadRequest(CorralError):
     status = 400
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+class _StrictBase64(Base64Encoder):
+    """pydantic's standard base64, refusing what is not base64: `Base64Bytes` skips
+    characters outside the alphabet, so `%%%` would read as empty content."""
+
+    @classmethod
+    def decode(cls, data: bytes) -> bytes:
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise PydanticCustomError("base64_decode", "not valid base64: {error}",
+                                      {"error": str(e)}) from e
+
+
+Base64 = Annotated[bytes, EncodedBytes(encoder=_StrictBase64)]
+"""Bytes that travel as base64 text (standard alphabet, padded): a model holds the
+bytes, its JSON the text. Built in Python, it takes the encoded form too (`b64`)."""
+
+
+def b64(data: bytes) -> bytes:
+    """`data` base64-encoded: what a `Base64` field is built from in Python (the
+    field decodes its input, so `ReadResponse(content_b64=b64(data))` holds `data`)."""
+    return base64.b64encode(data)
 
 
 def _components_fit(v: str) -> str:
@@ -110,24 +134,15 @@ class ForkRequest(_Request):
 
 
 class WriteRequest(_PathRequest):
-    content_b64: str
+    content_b64: Base64
     """The new content, base64 (standard alphabet, padded)."""
     mode: Literal[33188, 33261] = 33188
     """Git file mode: 33188 (0o100644) or 33261 (0o100755, executable)."""
     cause: Cause
 
-    @field_validator("content_b64")
-    @classmethod
-    def _is_base64(cls, v: str) -> str:
-        try:
-            base64.b64decode(v, validate=True)
-        except (binascii.Error, ValueError) as e:
-            raise ValueError(f"content_b64 is not valid base64: {e}") from e
-        return v
-
     @property
     def content(self) -> bytes:
-        return base64.b64decode(self.content_b64, validate=True)
+        return self.content_b64
 
 
 class PatchRequest(_Request):
@@ -315,8 +330,8 @@ class ResultOut(_Response):
 
 class ExecResultOut(ResultOut):
     returncode: int | None = None
-    stdout_b64: str | None = None
-    stderr_b64: str | None = None
+    stdout_b64: Base64 | None = None
+    stderr_b64: Base64 | None = None
     timed_out: bool = False
     truncated: bool = False
     """stdout or stderr passed the output limit: only its first bytes are here."""
@@ -324,7 +339,7 @@ class ExecResultOut(ResultOut):
 
 class ReadResponse(_Response):
     path: str
-    content_b64: str
+    content_b64: Base64
     size: int
 
 
@@ -427,4 +442,4 @@ class GatePending(_Response):
 
 class BlobOut(_Response):
     id: str
-    content_b64: str
+    content_b64: Base64

@@ -1,9 +1,15 @@
 """The human gate: a policy that holds chosen intents until a person answers.
 
-A rule matches an intent by kind and, optionally, by path glob (fnmatch, on the
-paths the intent writes). A held intent waits — its scope waits with it — until
-someone approves or rejects it over the API (`/v1/gate/...`). Rejecting blocks
-it with the person's reason. Approving does not decide: the gate steps aside
+A rule matches an intent by kind and, optionally, by path glob, on the paths
+the intent writes. The glob means what it means in a `.gitignore` (pathspec's
+`GitIgnoreSpec`): `*` stops at `/`, `**` crosses it, a glob without a slash
+matches at any depth (`*.lock`), one with a slash is anchored at the root
+(`src/*.py` is not `src/a/b.py`), and a glob matching a directory matches
+everything under it (`src/*` matches `src/a/b.py`, as git ignores it).
+
+A held intent waits — its scope waits with it — until someone approves or
+rejects it over the API (`/v1/gate/...`). Rejecting blocks it with the
+person's reason. Approving does not decide: the gate steps aside
 (the chain goes on, so later policies still see it) and the approval is noted
 in the final decision's reason. With a `timeout`, an unanswered hold blocks.
 
@@ -19,9 +25,10 @@ rejects, as the effect's decision with the first one's reason after it).
 from __future__ import annotations
 
 import asyncio
-import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+import pathspec
 
 from ._effects import Decision, Effect, Exec, FsDelete, FsPatch, FsWrite, Intent
 from ._errors import NotFound
@@ -36,6 +43,11 @@ class GateRule:
 
     kind: str = "*"
     glob: str | None = None
+    _spec: pathspec.PathSpec | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        spec = pathspec.GitIgnoreSpec.from_lines([self.glob]) if self.glob else None
+        object.__setattr__(self, "_spec", spec)  # frozen: compiled once, here
 
     @classmethod
     def parse(cls, spec: str) -> GateRule:
@@ -49,9 +61,9 @@ class GateRule:
     def matches(self, intent: Intent) -> bool:
         if self.kind != "*" and intent.kind != self.kind:
             return False
-        if self.glob is None:
+        if self._spec is None:
             return True
-        return any(fnmatch.fnmatchcase(p, self.glob) for p in _paths(intent))
+        return any(self._spec.match_file(p) for p in _paths(intent))
 
 
 def _paths(intent: Intent) -> list[str]:

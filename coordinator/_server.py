@@ -197,9 +197,7 @@ async def run_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        real = sockets[0].getsockname()[1] if sockets else port
+        real = runner.addresses[0][1]  # the bound port, also when `port` is 0
         if print_token:
             print(f"admin token: {config.admin_token}", flush=True)
         print(f"listening on http://{host}:{real}", flush=True)

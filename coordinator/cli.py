@@ -1,7 +1,11 @@
 """The `corral` command line (typer + rich).
 
-Commands that reach into agents/ or bench/ import them inside the command, so
-the coordinator's core never depends on them.
+The coordinator's own commands live here (`serve`, `trace`); every other
+package contributes its commands through the `corral.commands` entry point
+group: a callable that receives this `app` and adds to it (`agents.cli:register`
+adds demo, run, mcp, hook and model-server; `bench.cli:register` adds `bench`).
+So the coordinator imports nothing above it, and a plug-in that fails to load
+costs only its own commands, with one line on stderr saying why.
 """
 
 from __future__ import annotations
@@ -10,16 +14,19 @@ import asyncio
 import errno
 import json
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
+from .cli_shared import BackendOpt, console, err, fail
+
+COMMANDS_GROUP = "corral.commands"
 
 # rich_markup_mode=None: click's plain help, where a flag shows no "<bool>" type
 app = typer.Typer(
@@ -31,171 +38,14 @@ app = typer.Typer(
 trace_app = typer.Typer(rich_markup_mode=None,
                         help="Read a coordinator's trace (a git repository).",
                         no_args_is_help=True)
-bench_app = typer.Typer(rich_markup_mode=None,
-                        help="Benchmarks: print a table; --json prints the report as JSON, "
-                             "-o/--json-out FILE writes it.",
-                        no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
-app.add_typer(bench_app, name="bench")
-
-console = Console()
-err = Console(stderr=True)
 
 StateOpt = Annotated[Path, typer.Option("--state", "-s", help="Coordinator state directory.")]
-
-# One convention for JSON across the CLI: `--json` is a flag that prints JSON on
-# stdout (the human output moves to stderr), `-o/--json-out FILE` writes the
-# report to FILE. The old `--json FILE` of `demo` and `bench` still works (a
-# hidden positional argument takes the FILE) with a note on stderr.
-JsonFlag = Annotated[bool, typer.Option(
-    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
-JsonOutOpt = Annotated[
-    Optional[Path],  # noqa: UP045
-    typer.Option("--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE."),
-]
-LegacyJsonFile = Annotated[
-    Optional[Path],  # noqa: UP045
-    typer.Argument(hidden=True, metavar="", show_default=False,
-                   help="The old `--json FILE` form: the same as -o FILE."),
-]
-
-
-def _json_target(flag: bool, out: Path | None, legacy: Path | None) -> tuple[bool, Path | None]:
-    """(print JSON on stdout?, file to write it to) from --json, -o and the old
-    `--json FILE` (parsed as the flag and a positional FILE)."""
-    if legacy is None:
-        return flag, out
-    if not flag:
-        _fail(f"unexpected argument {str(legacy)!r}; to write the report as JSON give "
-              "-o/--json-out FILE", 2)
-    if out is not None:
-        _fail("give the report's file once: -o/--json-out FILE", 2)
-    err.print(f"[yellow]note:[/] `--json FILE` is the old form; use `-o {legacy}` "
-              "(`--json` alone prints JSON on stdout)")
-    return False, legacy
-
-
-def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:
-    """Write the report to `path` and/or print it on stdout."""
-    if path is not None:
-        path.write_text(json.dumps(data, indent=2))
-        (err if to_stdout else console).print(f"wrote {path}")
-    if to_stdout:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-def _backend_name(value: str | None) -> str | None:
-    """Refuse an unknown --backend before any work starts (not a KeyError later)."""
-    if value is None:
-        return None
-    import sandboxes
-
-    if value not in sandboxes.backends:
-        raise typer.BadParameter(
-            f"unknown backend {value!r}; choose one of {', '.join(sorted(sandboxes.backends))}")
-    return value
-
-
-BackendOpt = Annotated[
-    Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
-    typer.Option(help="Sandbox backend: overlay, fuse, copy (default: the best available).",
-                 callback=_backend_name),
-]
-
-
-def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/] {message}")
-    raise typer.Exit(code)
-
-
-@app.command()
-def demo(
-    state: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--state", "-s", help="Keep the demo's state here (default: a temp dir)."),
-    ] = None,
-    backend: BackendOpt = None,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    legacy_json: LegacyJsonFile = None,
-) -> None:
-    """Run the built-in demo: two scripted agents, a blocked conflict, a rewind, a merge."""
-    from agents.demo import run_demo
-
-    to_stdout, json_out = _json_target(json_flag, json_out, legacy_json)
-    out = err if to_stdout else console
-    try:
-        report = asyncio.run(run_demo(out, state, backend))
-    except CorralError as e:
-        _fail(str(e))
-        return
-    out.print(
-        f"[bold]done[/] in {report.seconds:.2f}s: {report.effects} effects, "
-        f"{len(report.blocked)} blocked, merged {', '.join(report.merged) or 'nothing'}, "
-        f"tests {'pass' if report.tests_passed else 'FAIL'}"
-    )
-    _emit_json(report.as_dict(), to_stdout, json_out)
-    if not report.tests_passed or len(report.merged) != 2:
-        raise typer.Exit(1)
-
-
-@app.command("run")
-def run_cmd(
-    repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")],
-    task: Annotated[list[str], typer.Option("--task", help="A task; repeat for more agents.")],
-    model: Annotated[list[str], typer.Option(
-        help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini: once for every agent, or once per "
-        "--task (in order, e.g. one scripted model per agent).")],
-    base_url: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
-    ] = None,
-    supervisor: Annotated[
-        str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL, or none.")
-    ] = "conflict-guard",
-    state: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--state", "-s", help="State directory (default: .git/corral/runs/ID)."),
-    ] = None,
-    max_steps: Annotated[int, typer.Option(help="Model calls per agent at most.")] = 30,
-    max_tokens: Annotated[
-        Optional[int], typer.Option(help="Tokens per agent at most.")  # noqa: UP045
-    ] = None,
-    retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
-    backend: BackendOpt = None,
-    squash: Annotated[bool, typer.Option(
-        "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
-        "history (one commit per effect).")] = False,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    agent: Annotated[str, typer.Option(
-        help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
-    )] = "builtin",
-) -> None:
-    """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
-    leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
-    from agents.providers import ModelError
-    from agents.run import render_report, run_with_progress
-
-    try:
-        report = asyncio.run(run_with_progress(
-            err if json_flag else console, repo, task, model=model, base_url=base_url,
-            supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
-            retries=retries, backend=backend, squash=squash, agent=agent,
-        ))
-    except (CorralError, ModelError, ValueError) as e:
-        _fail(str(e))
-        return
-    if not json_flag:
-        console.print(render_report(report))
-    _emit_json(report.as_dict(), json_flag, json_out)
-    if not report.ok:
-        for message in report.errors:
-            err.print(f"[red]error:[/] {message}")
-        raise typer.Exit(1)
 
 
 def _trace(state: Path) -> Trace:
     if not (state / "trace.git" / "HEAD").exists():
-        _fail(f"{state} is not a Corral state directory (no trace.git)")
+        fail(f"{state} is not a Corral state directory (no trace.git)")
     return Trace(state / "trace.git", writable=False)
 
 
@@ -214,7 +64,7 @@ def _branch(trace: Trace, scope: str) -> tuple[str, str]:
     live = ", ".join(trace.scope_names())
     gone = sorted({r[len(ARCHIVE_PREFIX):].rsplit("-", 1)[0]
                    for r in trace.refs(ARCHIVE_PREFIX) if "/rewound-" not in r})
-    _fail(f"no scope {scope!r}; live: {live}" + (f"; discarded: {', '.join(gone)}" if gone
+    fail(f"no scope {scope!r}; live: {live}" + (f"; discarded: {', '.join(gone)}" if gone
                                                    else ""))
     raise AssertionError  # unreachable: _fail exits
 
@@ -286,7 +136,7 @@ def trace_show(
     try:
         entry = trace.show(commit)
     except CorralError as e:
-        _fail(str(e))
+        fail(str(e))
         return
     record = entry.effect.model_dump(mode="json") if entry.effect else None
     out: dict[str, Any] = {"commit": entry.commit, "parents": entry.parents,
@@ -328,7 +178,7 @@ def trace_blob(
     try:
         data = trace.blob(blob_id)
     except (CorralError, KeyError, ValueError) as e:
-        _fail(f"no blob {blob_id!r} in the trace ({e})")
+        fail(f"no blob {blob_id!r} in the trace ({e})")
         return
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
@@ -422,7 +272,7 @@ def serve(
         try:
             token = admin_token_file.read_text().strip() or None
         except OSError as e:
-            _fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
+            fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
     print_token = False
     if token is None:
         token, print_token = _state_admin_token(state)
@@ -432,7 +282,7 @@ def serve(
         policies = [load_policy(p) for p in policy or []]
         limits = parse_limits(limit or [])
     except (LookupError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
         return
     config = ServerConfig(
         state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
@@ -445,7 +295,7 @@ def serve(
         asyncio.run(run_server(config, host, port, print_token=print_token))
     except OSError as e:
         if e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            _fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "
+            fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "
                   "(pick another --port, or --port 0 for any free one)")
         raise
 
@@ -467,7 +317,7 @@ def _state_admin_token(state: Path) -> tuple[str, bool]:
     except FileNotFoundError:
         pass
     except OSError as e:
-        _fail(f"cannot read the admin token in {path}: {e.strerror}")
+        fail(f"cannot read the admin token in {path}: {e.strerror}")
     token = "a." + secrets.token_urlsafe(24)
     try:
         state.mkdir(parents=True, exist_ok=True)
@@ -475,186 +325,32 @@ def _state_admin_token(state: Path) -> tuple[str, bool]:
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
     except OSError as e:
-        _fail(f"cannot keep the admin token in {path}: {e.strerror}")
+        fail(f"cannot keep the admin token in {path}: {e.strerror}")
     return token, True
 
 
-# -- external agents: `corral mcp`, `corral hook` (implemented in agents/) --------------
+def load_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> list[str]:
+    """Let every installed package add its commands to `root`: each entry point of
+    `group` names a callable taking the app. A plug-in that cannot be imported or
+    fails while registering is skipped with one line on stderr (its commands are
+    then missing; the rest of the CLI works). Returns the names of those skipped."""
+    found = sorted(entry_points(group=group), key=lambda ep: ep.name)
+    if not found:  # one distribution ships every package: its metadata is out of date
+        err.print(f"[yellow]warning:[/] no package added commands ({group} is empty): "
+                  "reinstall Corral (pip install -e .) to get demo, run, bench and the others",
+                  highlight=False, soft_wrap=True)
+    skipped = []
+    for ep in found:
+        try:
+            ep.load()(root)
+        except Exception as e:  # any failure of third-party code: report, keep the rest
+            skipped.append(ep.name)
+            err.print(f"[yellow]warning:[/] the {ep.name!r} commands ({ep.value}) are "
+                      f"unavailable: {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
+    return skipped
 
 
-@app.command("mcp")
-def mcp_cmd(
-    scope: Annotated[str, typer.Option(help="The scope the tools act on.")],
-    url: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(envvar="CORRAL_URL", help="A running `corral serve` (e.g. "
-                     "http://127.0.0.1:8765); else --state opens the coordinator in process."),
-    ] = None,
-    token: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(envvar="CORRAL_TOKEN", help="The scope's token (with --url)."),
-    ] = None,
-    state: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--state", "-s", help="In process: this state directory."),
-    ] = None,
-    parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
-                                        "one.")] = "root",
-) -> None:
-    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
-    over stdio; every change is reviewed by the supervisor first."""
-    from agents.mcp_server import serve_stdio
-
-    if url is None and state is None:
-        _fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
-    asyncio.run(serve_stdio(scope, url=url, token=token,
-                            state=str(state) if state else None, parent=parent))
-
-
-@app.command("hook")
-def hook_cmd(
-    scope: Annotated[str, typer.Option(envvar="CORRAL_SCOPE",
-                                       help="The scope mirroring Claude Code's checkout.")],
-    url: Annotated[str, typer.Option(envvar="CORRAL_URL", help="A running `corral serve`.")],
-    token: Annotated[str, typer.Option(envvar="CORRAL_TOKEN", help="The scope's token.")],
-    root: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="The checkout's root (default: the git top level of the event's "
-                     "cwd)."),
-    ] = None,
-) -> None:
-    """A Claude Code hook (PreToolUse, PostToolUse): reads the event on stdin, asks the
-    supervisor, and answers allow or deny with its reason; records what the tool changed."""
-    from agents.hooks import run_hook
-
-    answer = asyncio.run(run_hook(sys.stdin.read(), url=url, token=token, scope=scope,
-                                  root=root))
-    if answer.output is not None:
-        sys.stdout.write(json.dumps(answer.output) + "\n")
-    if answer.stderr:
-        sys.stderr.write(answer.stderr + "\n")
-    raise typer.Exit(answer.exit_code)
-
-
-def _show(table: Table, report: dict[str, Any], target: tuple[bool, Path | None]) -> None:
-    """Print a benchmark's table (on stderr with --json) and its report as JSON."""
-    to_stdout, path = target
-    (err if to_stdout else console).print(table)
-    _emit_json(report, to_stdout, path)
-
-
-@bench_app.command("substrate")
-def bench_substrate(
-    sizes: Annotated[str, typer.Option(help="Comma-separated checkout sizes.")] = "10MB,500MB,3GB",
-    runs: Annotated[int, typer.Option(help="Iterations per operation (median reported).")] = 20,
-    backend: BackendOpt = None,
-    cache: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
-    ] = None,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    legacy_json: LegacyJsonFile = None,
-    fuse: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option("--fuse/--no-fuse", help="Add the fuse rows (default: where fuse works)."),
-    ] = None,
-    history: Annotated[str, typer.Option(
-        help="History-length axis: effects in one scope, e.g. 1000,10000,50000.")] = "",
-    scopes: Annotated[str, typer.Option(
-        help="Scope-count axis: live scopes, e.g. 1,16,64,256.")] = "",
-    saturate: Annotated[int, typer.Option(
-        help="Saturating-writer row: this many writes back to back (0: none).")] = 0,
-) -> None:
-    """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts;
-    with --history/--scopes/--saturate, the long-history, many-scope and
-    saturating-writer rows (--sizes '' for those alone)."""
-    from bench import scaling, substrate
-
-    to_stdout, json_path = _json_target(json_flag, json_out, legacy_json)
-    out = err if to_stdout else console
-    size_list = [s.strip() for s in sizes.split(",") if s.strip()]
-    report: dict[str, Any] = {}
-    if size_list:
-        report = substrate.run(size_list, runs=runs, backend=backend, cache=cache, fuse=fuse)
-        out.print(substrate.render(report))
-    report["scaling"] = scaling.run(
-        history=[int(n) for n in history.split(",") if n.strip()],
-        scopes=[int(n) for n in scopes.split(",") if n.strip()],
-        saturate=saturate, cache=cache)
-    for table in scaling.render(report["scaling"]):
-        out.print(table)
-    _emit_json(report, to_stdout, json_path)
-
-
-@bench_app.command("soak")
-def bench_soak(
-    scopes: Annotated[int, typer.Option(help="Scopes working at once.")] = 64,
-    minutes: Annotated[float, typer.Option(help="How long they work.")] = 10.0,
-    every: Annotated[float, typer.Option(help="Seconds between samples.")] = 30.0,
-    cache: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
-    ] = None,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    legacy_json: LegacyJsonFile = None,
-) -> None:
-    """Many scopes for minutes: RSS, fds, layers, mounts, journal and packs over
-    time, then a kill and the reopen."""
-    from bench import soak
-
-    target = _json_target(json_flag, json_out, legacy_json)  # before any work
-    report = soak.run(scopes=scopes, minutes=minutes, every=every, cache=cache)
-    _show(soak.render(report), report, target)
-
-
-@bench_app.command("server")
-def bench_server(
-    clients: Annotated[str, typer.Option(help="Comma-separated concurrent client counts.")] = (
-        "1,4,16,64"),
-    seconds: Annotated[float, typer.Option(help="Duration of each measurement.")] = 3.0,
-    guard: Annotated[bool, typer.Option("--guard/--no-guard",
-                                        help="Serve with the conflict guard.")] = True,
-    backend: BackendOpt = None,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    legacy_json: LegacyJsonFile = None,
-) -> None:
-    """HTTP throughput and latency of writes (under the conflict guard) and reads."""
-    from bench import server as server_bench
-
-    target = _json_target(json_flag, json_out, legacy_json)  # before any work
-    report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
-                              seconds=seconds, backend=backend, guard=guard)
-    _show(server_bench.render(report), report, target)
-
-
-@bench_app.command("replay")
-def bench_replay(
-    diverge: Annotated[str, typer.Option(help="Steps to diverge at (comma-separated).")] = "4,8",
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-    legacy_json: LegacyJsonFile = None,
-) -> None:
-    """Prompt-cache reuse of fork-and-replay against the local model server."""
-    from bench import replay as replay_bench
-
-    target = _json_target(json_flag, json_out, legacy_json)  # before any work
-    report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()])
-    _show(replay_bench.render(report), report, target)
-
-
-@bench_app.command(
-    "cooperbench", add_help_option=False,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def bench_cooperbench(ctx: typer.Context) -> None:
-    """CooperBench pair pass rates (solo, coop, supervised) on Corral scopes; `conflicts`
-    prints the gold pairs' merge census. --help lists the options."""
-    from bench.cooperbench._cli import main as cooperbench_main
-
-    cooperbench_main(list(ctx.args))
+load_commands(app)
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ Forbidden; anything else a `ClientError` (a CorralError) with `.status`.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +40,8 @@ from ._api import (
     ScopeOut,
     ScopesOut,
     TraceEntryOut,
+    WriteRequest,
+    b64,
 )
 from ._auth import AuthError, Forbidden
 from ._effects import Message
@@ -122,7 +123,7 @@ class Reviewer:
         if rewritten is not None:
             body["rewritten"] = rewritten
         if content is not None:
-            body["content_b64"] = base64.b64encode(content).decode()
+            body["content_b64"] = b64(content).decode("ascii")
         if until is not None:
             body["until"] = until
         await self._ws.send_str(json.dumps(body))
@@ -214,7 +215,7 @@ class CorralClient:
 
     async def read(self, scope: str, path: str) -> bytes:
         r = await self._call(ReadResponse, "GET", self._s(scope) + "/file", params={"path": path})
-        return base64.b64decode(r.content_b64)
+        return r.content_b64
 
     async def listdir(self, scope: str, path: str = "") -> list[str]:
         return (await self._call(NamesOut, "GET", self._s(scope) + "/dir",
@@ -222,9 +223,10 @@ class CorralClient:
 
     async def write(self, scope: str, path: str, data: bytes, *, mode: int = 0o100644,
                     cause: str | None = None) -> ResultOut:
-        body = {"path": path, "content_b64": base64.b64encode(data).decode(), "mode": mode,
-                "cause": cause}
-        return await self._call(ResultOut, "POST", self._s(scope) + "/write", body)
+        # The server's own record builds the body (content as base64); the server validates it
+        body = WriteRequest.model_construct(path=path, content_b64=data, mode=mode, cause=cause)
+        return await self._call(ResultOut, "POST", self._s(scope) + "/write",
+                                body.model_dump(mode="json"))
 
     async def patch(self, scope: str, path_or_diff: str, diff: str | None = None, *,
                     three_way: bool = False, cause: str | None = None) -> ResultOut:
@@ -310,7 +312,7 @@ class CorralClient:
 
     async def blob(self, oid: str) -> bytes:
         r = await self._call(BlobOut, "GET", f"/v1/blobs/{oid}")
-        return base64.b64decode(r.content_b64)
+        return r.content_b64
 
     async def metrics(self) -> str:
         async with self.session.get(self.base_url + "/metrics") as resp:

@@ -55,7 +55,11 @@ def _backends() -> list[str]:
     return list(sandboxes.backends)
 
 
-@pytest.fixture(params=["overlay", "copy", "fuse"])
+# overlay and fuse mount: marked `root`, so `-m "not root"` is what runs unprivileged;
+# both are `slow` too: the fast subset runs each backend test on the copy backend
+@pytest.fixture(params=[pytest.param("overlay", marks=[pytest.mark.root, pytest.mark.slow]),
+                        "copy",
+                        pytest.param("fuse", marks=[pytest.mark.root, pytest.mark.slow])])
 def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; skips (with the reason) where one cannot run here."""
     import sandboxes

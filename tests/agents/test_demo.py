@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
@@ -32,6 +33,7 @@ def test_demo_blocks_rewinds_merges_and_passes_its_tests(tmp_path: Path) -> None
     assert "scope.merge alice" in graph and "scope.merge bob" in graph
 
 
+@pytest.mark.slow
 def test_demo_still_takes_the_old_json_file_form(tmp_path: Path) -> None:
     """`--json FILE` (the form before `-o/--json-out`) still writes the report,
     with a note on stderr; a stray FILE without --json is refused before any work."""

@@ -78,6 +78,7 @@ def checkout(tmp_path: Path) -> tuple[Path, Path]:
     return repo, clone
 
 
+@pytest.mark.slow
 async def test_hooks_review_before_and_record_after(
     tmp_path: Path, checkout: tuple[Path, Path]
 ) -> None:
@@ -154,6 +155,7 @@ async def test_hooks_review_before_and_record_after(
         "M", "calc.py", "??", "late.py", "??", "notes.md", "??", "power.py"]
 
 
+@pytest.mark.slow
 async def test_hook_fails_closed_without_a_server(tmp_path: Path,
                                                   checkout: tuple[Path, Path]) -> None:
     """With no server to ask, a PreToolUse is denied (exit code 2, the reason on stderr) and

@@ -123,6 +123,7 @@ def calc_repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 async def test_mcp_stdio_session_blocks_and_rewinds(tmp_path: Path, calc_repo: Path) -> None:
     """Over stdio, `corral mcp` acting through a running server: a blocked edit comes back
     as a tool error with the guard's reason, and a supervisor's rewind shows in the tools."""
@@ -132,6 +133,7 @@ async def test_mcp_stdio_session_blocks_and_rewinds(tmp_path: Path, calc_repo: P
             await _session(srv, client)
 
 
+@pytest.mark.slow
 async def test_mcp_http_session_blocks_and_rewinds(tmp_path: Path, calc_repo: Path) -> None:
     """Over streamable HTTP at /v1/scopes/bob/mcp on the server, with bob's token: the same
     task, the same block and rewind."""
@@ -141,6 +143,7 @@ async def test_mcp_http_session_blocks_and_rewinds(tmp_path: Path, calc_repo: Pa
             await _session(srv, client)
 
 
+@pytest.mark.slow
 async def test_mcp_http_needs_the_scopes_token(tmp_path: Path, calc_repo: Path) -> None:
     """The HTTP transport refuses a missing token (401) and another scope's token (403); a
     discarded scope's token no longer reaches its tools, and the others keep working."""
@@ -166,6 +169,7 @@ async def test_mcp_http_needs_the_scopes_token(tmp_path: Path, calc_repo: Path) 
             assert r.status == 401
 
 
+@pytest.mark.slow
 async def test_mcp_in_process_stdio(tmp_path: Path, calc_repo: Path) -> None:
     """`corral mcp --state DIR` opens the coordinator itself and forks the scope."""
     from coordinator import Coordinator

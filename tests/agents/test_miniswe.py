@@ -39,6 +39,7 @@ def _contents(payload: dict) -> str:
     return json.dumps(payload["messages"])
 
 
+@pytest.mark.slow
 async def test_mini_swe_agent_in_a_scope_blocked_and_rewound(
     tmp_path: Path, server: ScriptedModelServer
 ) -> None:
@@ -114,6 +115,7 @@ def _mini(payload: dict) -> Reply:
     return plan[min(step, len(plan) - 1)]
 
 
+@pytest.mark.slow
 def test_corral_run_with_mini_swe_agent(tmp_path: Path, served) -> None:  # noqa: F811
     """`corral run --agent mini-swe-agent` runs mini-swe-agent in the task's scope (through the
     corral.agents entry point) and leaves its patch merged as the branch corral/<run-id>."""

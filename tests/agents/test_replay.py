@@ -70,6 +70,7 @@ def _normal(entry: TraceEntry, name: str) -> tuple[str, dict[str, Any]]:
     return entry.tree, {"record": text}
 
 
+@pytest.mark.slow
 async def test_replay_reproduces_the_trace_exactly(
     recorded: tuple[Coordinator, OpenAIProvider], server: ScriptedModelServer
 ) -> None:
@@ -92,6 +93,7 @@ async def test_replay_reproduces_the_trace_exactly(
                                                      "").patch())
 
 
+@pytest.mark.slow
 async def test_a_note_at_step_k_diverges_exactly_at_k(
     recorded: tuple[Coordinator, OpenAIProvider], server: ScriptedModelServer
 ) -> None:

@@ -60,6 +60,7 @@ def _agents(payload: dict[str, Any]) -> Reply:
     return plan[step] if step < len(plan) else call("finish", summary="done")
 
 
+@pytest.mark.slow
 def test_run_merges_agents_into_a_branch_without_touching_the_tree(
     tmp_path: Path, served: Callable[[dict[str, Script]], str]
 ) -> None:

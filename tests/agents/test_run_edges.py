@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
@@ -30,6 +31,7 @@ def _scripts() -> dict:
     }
 
 
+@pytest.mark.slow
 def test_models_per_agent_squash_and_export_of_unmerged_work(tmp_path: Path, served):
     """Each agent gets its own scripted model; without a guard both edit calc.py, so
     agent-2's merge conflicts: its work is left as corral/<id>-agent-2; with --squash
@@ -54,6 +56,7 @@ def test_models_per_agent_squash_and_export_of_unmerged_work(tmp_path: Path, ser
     assert result.exit_code == 1  # a conflict is not a clean run
 
 
+@pytest.mark.slow
 def test_dirty_tree_is_named_and_bad_input_fails_before_progress(tmp_path: Path, served):
     """Uncommitted changes get a note (in the output and the JSON report); a model list
     that does not match the tasks fails with one line and no progress bar."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agents import CodingAgent, LLMSupervisor, ModelCaller
 from agents.model_server import Reply, ScriptedModelServer, ToolCall
 from agents.providers import AnthropicProvider, OpenAIProvider
@@ -16,6 +18,7 @@ POW = "\n\ndef power(a, b):\n    return a ** b\n"
 
 
 
+@pytest.mark.slow
 async def test_blocked_intent_handoff_and_clean_merge(
     tmp_path: Path, server: ScriptedModelServer
 ) -> None:

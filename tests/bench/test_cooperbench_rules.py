@@ -107,6 +107,7 @@ def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab
     assert "def mul" in g.merged_diff and "def div" in g.merged_diff
 
 
+@pytest.mark.slow
 def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab: Lab) -> None:
     """A conflicted pair fails both features; the lead fallback counts it passed only
     when agent1's patch alone passes both suites."""
@@ -173,6 +174,7 @@ def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Lab) -> None
     assert g.passed
 
 
+@pytest.mark.slow
 def test_identical_patches_skip_the_merge(repo: Path, lab: Lab) -> None:
     """Byte-identical stripped patches are graded once, as 'identical'."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
@@ -181,6 +183,7 @@ def test_identical_patches_skip_the_merge(repo: Path, lab: Lab) -> None:
     assert (g.merge_status, g.strategy) == ("identical", "identical") and g.passed
 
 
+@pytest.mark.slow
 def test_a_clean_merge_can_break_a_test(repo: Path, lab: Lab) -> None:
     """A merge git calls clean is graded by the tests: feature 2 changes add(), which
     feature 1's sub() relies on, so feature 1 fails on the merged code."""

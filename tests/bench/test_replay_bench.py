@@ -9,6 +9,8 @@ import pytest
 
 from bench import replay as bench_replay
 
+pytestmark = pytest.mark.slow  # a benchmark run against the model server
+
 
 @pytest.fixture(autouse=True)
 def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 import sandboxes
 from bench import scaling, soak
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # slow: soak and scaling runs
 
 
 def _skip_without_backend() -> None:

@@ -6,7 +6,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from bench import server
+
+pytestmark = pytest.mark.slow  # a benchmark run against a server
 
 
 def test_bench_server_reports_writes_reads_and_coordinator_time():

@@ -12,7 +12,7 @@ from bench import parse_size, run
 from bench._synth import checkout, source_paths
 from bench.substrate import OPS
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # slow: a benchmark run
 
 
 def _working_backend() -> str | None:

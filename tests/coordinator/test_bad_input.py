@@ -36,6 +36,7 @@ def count_commits(coord: Coordinator, head: str) -> int:
         ("etc-link/evil", "outside the workspace"),
     ],
 )
+@pytest.mark.slow
 async def test_bad_write_paths_are_refused(scoped, path: str, message: str):
     """Absolute, `..`, `.git` and symlink-escaping paths raise PathError; no commit."""
     coord, a = scoped

@@ -35,6 +35,7 @@ def test_unknown_backend_is_a_usage_error_not_a_traceback(command: list[str]) ->
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.slow
 def test_busy_port_is_one_line_not_a_traceback(tmp_path: Path, sample_repo: Path) -> None:
     """Serving on a port in use says so in one line and exits 1."""
     with socket.socket() as busy:
@@ -66,6 +67,7 @@ async def _start(state: Path, repo: Path) -> tuple[asyncio.subprocess.Process, s
     return proc, lines[-1].removeprefix("listening on "), lines
 
 
+@pytest.mark.slow
 async def test_admin_token_survives_a_restart(tmp_path: Path, sample_repo: Path) -> None:
     """Without a token given, serve makes one, keeps it in STATE/admin-token (0600),
     and a restarted server accepts the same token (the dashboard stays logged in)."""
@@ -90,6 +92,7 @@ async def test_admin_token_survives_a_restart(tmp_path: Path, sample_repo: Path)
         await proc.wait()
 
 
+@pytest.mark.slow
 def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     """Two demo runs on one --state both succeed and leave no corral-demo-* temp dir;
     a non-empty directory that is not a demo's state is refused, untouched."""
@@ -113,6 +116,7 @@ def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     assert tempfile.gettempdir()  # (the test process's own temp dir is untouched)
 
 
+@pytest.mark.slow
 async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_repo) -> None:
     """`events(scope="bob")` works (it raised TypeError) and `scopes="bob"` means the
     scope bob, not the scopes b, o, b."""
@@ -131,6 +135,7 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
             await stream.aclose()
 
 
+@pytest.mark.slow
 def test_errors_speak_the_command_lines_language(tmp_path: Path) -> None:
     """serve on an empty state without --repo names --repo, not a Python parameter."""
     proc = subprocess.run([*CORRAL, "serve", "--state", str(tmp_path / "empty"), "--port", "0",

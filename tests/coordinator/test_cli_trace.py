@@ -39,6 +39,7 @@ def _cli(*args: str) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_log_shows_exit_codes_whole_words_and_only_the_scopes_own_effects(state: Path):
     """A fork's log starts at its fork (no parent history, no repeated seqs); a command
     shows its exit code; a long command is cut at a word, not mid-word; --full adds the
@@ -52,6 +53,7 @@ def test_log_shows_exit_codes_whole_words_and_only_the_scopes_own_effects(state:
     assert "root#0" in full and "root#1" in full
 
 
+@pytest.mark.slow
 def test_log_of_a_discarded_scope_reads_its_archive(state: Path):
     """`trace log alice-sub` after its discard shows its archived branch, with a note."""
     result = CliRunner().invoke(__import__("coordinator.cli").cli.app,
@@ -62,6 +64,7 @@ def test_log_of_a_discarded_scope_reads_its_archive(state: Path):
     assert "alice-sub was discarded" in result.output  # (stdout and stderr together)
 
 
+@pytest.mark.slow
 def test_show_inlines_blobs_and_blob_prints_one(state: Path):
     """`trace show --blobs` gives the command's output as text; `trace blob ID` prints it."""
     log = [json.loads(line) for line in
@@ -76,6 +79,7 @@ def test_show_inlines_blobs_and_blob_prints_one(state: Path):
     assert _cli("trace", "blob", stdout_id, "--state", str(state)).startswith("word00 word01")
 
 
+@pytest.mark.slow
 def test_graph_names_the_refs(state: Path):
     """`trace graph` decorates commits with Corral's ref names."""
     import subprocess

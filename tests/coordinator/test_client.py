@@ -10,6 +10,7 @@ from coordinator.client import ClientError, CorralClient
 from .server_fixtures import serve
 
 
+@pytest.mark.slow
 async def test_client_maps_error_responses_to_exceptions(tmp_path, sample_repo):
     """Each error response becomes the same exception class the Python API raises."""
     async with serve(tmp_path / "state", sample_repo) as srv:

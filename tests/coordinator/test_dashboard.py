@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import aiohttp
+import pytest
 
 from coordinator._routes import ROUTES
 from tests.coordinator.server_fixtures import serve
@@ -25,6 +26,7 @@ def _matches(path: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 async def test_dashboard_is_served_and_uses_only_documented_routes(tmp_path, sample_repo):
     async with serve(tmp_path / "s", sample_repo) as srv, aiohttp.ClientSession() as http:
         async with http.get(srv.url + "/") as r:
@@ -42,6 +44,7 @@ async def test_dashboard_is_served_and_uses_only_documented_routes(tmp_path, sam
             assert "/" in (await r.json())["paths"]
 
 
+@pytest.mark.slow
 async def test_event_stream_carries_the_summary_the_dashboard_shows(tmp_path, sample_repo):
     async with serve(tmp_path / "s", sample_repo) as srv:
         c = srv.client

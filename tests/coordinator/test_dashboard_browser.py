@@ -22,6 +22,8 @@ from coordinator._views import graph_of
 from .scripted_run import Run, scripted_run
 from .server_fixtures import ADMIN
 
+pytestmark = pytest.mark.slow  # a browser
+
 CHROMIUM = os.environ.get("CORRAL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]

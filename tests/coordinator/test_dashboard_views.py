@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import aiohttp
+import pytest
 
 from .scripted_run import scripted_run
 from .server_fixtures import ADMIN
@@ -19,6 +20,7 @@ async def _get(http: aiohttp.ClientSession, url: str, headers=H) -> tuple[int, d
         return r.status, await r.json()
 
 
+@pytest.mark.slow
 async def test_views_over_http(tmp_path, sample_repo):
     """The graph has a lane per live scope (plus archives when asked) and every parent
     drawn before its children; a commit's diff and a held write's proposed diff are
@@ -78,6 +80,7 @@ async def test_views_over_http(tmp_path, sample_repo):
             assert "get" in doc["paths"][path], path
 
 
+@pytest.mark.slow
 async def test_model_tokens_metric_counts_recorded_model_calls(tmp_path, sample_repo):
     """corral_model_tokens_total comes from the recorded model.call effect (the scripted
     run's call goes through ModelCaller on the server's coordinator), once each."""

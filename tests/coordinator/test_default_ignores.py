@@ -33,12 +33,14 @@ async def test_caches_stay_out_of_the_branch_without_a_gitignore(tmp_path):
     assert ignored == {".pytest_cache/v/x", "__pycache__/m.cpython-311.pyc"}
 
 
+@pytest.mark.slow
 async def test_the_repositorys_gitignore_overrides_the_defaults(tmp_path):
     """`!.pytest_cache/` in .gitignore puts that cache back in the tree."""
     tree, _ = await _exec_changes(tmp_path, {".gitignore": "!.pytest_cache/\n"})
     assert ".pytest_cache/v/x" in tree and "__pycache__/m.cpython-311.pyc" not in tree
 
 
+@pytest.mark.slow
 async def test_the_environment_replaces_the_defaults(tmp_path, monkeypatch: pytest.MonkeyPatch):
     """CORRAL_DEFAULT_IGNORES="" records everything, as before."""
     monkeypatch.setenv("CORRAL_DEFAULT_IGNORES", "")

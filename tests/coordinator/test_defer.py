@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from coordinator import ConflictGuard, Coordinator, defer
+from coordinator import ConflictGuard, Coordinator, Event, Subscription, defer
 
 pytestmark = pytest.mark.asyncio
 
@@ -31,12 +31,18 @@ class WaitForMerge:
         return defer(self.owner, f"{self.owner} is changing {self.path}")
 
 
-async def _settle(task: asyncio.Task, rounds: int = 20) -> None:
-    for _ in range(rounds):
-        await asyncio.sleep(0.01)
-    assert not task.done(), "the deferred write should still be held"
+async def _deferred(sub: Subscription, task: asyncio.Task) -> Event:
+    """Waits for the write's deferral on the event bus (subscribed before the write
+    started); the write must then still be held. Returns the deferral."""
+    async with asyncio.timeout(30):
+        while (event := await sub.get()) is not None:
+            if event.effect.decision is not None and event.effect.decision.verdict == "defer":
+                break
+    assert event is not None and not task.done(), "the deferred write should still be held"
+    return event
 
 
+@pytest.mark.slow
 async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sample_repo):
     policy = WaitForMerge("shared.txt", "bob")
     async with Coordinator.open(tmp_path / "s", sample_repo, policies=[policy]) as coord:
@@ -45,11 +51,11 @@ async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sa
         await b.write("shared.txt", b"bob's\n")
         async with coord.events.subscribe(scopes={"alice"}, types={"decision"}) as sub:
             task = asyncio.create_task(a.write("shared.txt", b"alice's\n"))
-            await _settle(task)
+            deferral = await _deferred(sub, task)
             merged = await coord.root.merge(b)
             assert merged.commit is not None
             r = await task
-            decisions = sub.drain()
+            decisions = [deferral, *sub.drain()]
         assert r.ok and policy.asked == 2
         assert "deferred until 'bob' merged; it merged after" in r.reason
         # observers saw the deferral, then the decision that let it through
@@ -57,6 +63,7 @@ async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sa
         assert await a.read("shared.txt") == b"alice's\n"
 
 
+@pytest.mark.slow
 async def test_deferral_ends_blocked_after_the_timeout(tmp_path, sample_repo):
     async with Coordinator.open(tmp_path / "s", sample_repo,
                                 policies=[WaitForMerge("shared.txt", "bob")]) as coord:
@@ -74,8 +81,9 @@ async def test_discarding_the_awaited_scope_ends_the_wait(tmp_path, sample_repo)
                                 policies=[WaitForMerge("shared.txt", "bob")]) as coord:
         a = await coord.root.fork("alice")
         b = await coord.root.fork("bob")
-        task = asyncio.create_task(a.write("shared.txt", b"alice's\n"))
-        await _settle(task)
+        async with coord.events.subscribe(scopes={"alice"}, types={"decision"}) as sub:
+            task = asyncio.create_task(a.write("shared.txt", b"alice's\n"))
+            await _deferred(sub, task)
         await b.discard()
         r = await task
         assert r.ok and "it was discarded" in r.reason
@@ -95,8 +103,9 @@ async def test_guard_in_defer_mode_blocks_when_still_conflicting_after_the_merge
         a = await coord.root.fork("alice")
         b = await coord.root.fork("bob")
         assert (await b.write("src/app.py", "".join(theirs).encode())).ok
-        task = asyncio.create_task(a.write("src/app.py", "".join(mine).encode()))
-        await _settle(task)
+        async with coord.events.subscribe(scopes={"alice"}, types={"decision"}) as sub:
+            task = asyncio.create_task(a.write("src/app.py", "".join(mine).encode()))
+            await _deferred(sub, task)
         assert (await coord.root.merge(b)).commit is not None
         r = await task
         assert r.blocked

@@ -13,7 +13,7 @@ import pytest
 
 from coordinator import Coordinator
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: SIGKILLed children
 
 WRITER = textwrap.dedent(
     """

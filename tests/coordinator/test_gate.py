@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from coordinator import GateRule
 
 from .server_fixtures import serve
@@ -18,6 +20,7 @@ async def _held(client, n: int = 1):
     raise AssertionError("nothing was held at the gate")
 
 
+@pytest.mark.slow
 async def test_gate_holds_matching_writes_until_approved_or_rejected(tmp_path, sample_repo):
     """A write under src/ waits at the gate; approval lets it land (noted in the
     decision), rejection blocks it with the reason; other paths pass untouched."""
@@ -47,6 +50,7 @@ async def test_gate_holds_matching_writes_until_approved_or_rejected(tmp_path, s
             await c.approve(item.id)
 
 
+@pytest.mark.slow
 async def test_gate_timeout_blocks(tmp_path, sample_repo):
     """An intent nobody answers within the gate's timeout is blocked."""
     async with serve(tmp_path / "state", sample_repo, gate=[GateRule("exec")],

@@ -17,6 +17,7 @@ def app_with(line: int, text: str) -> bytes:
     return "".join(lines).encode()
 
 
+@pytest.mark.slow
 async def test_guard_follows_siblings_through_rewind_and_reopen(tmp_path: Path, sample_repo):
     """A write conflicting with a sibling's hunk is blocked with the lines and the
     owner; once the sibling rewinds the change away it is allowed; a reopened
@@ -40,6 +41,7 @@ async def test_guard_follows_siblings_through_rewind_and_reopen(tmp_path: Path, 
         assert (await b.write("docs/guide.md", b"bob's guide\n")).ok
 
 
+@pytest.mark.slow
 async def test_claims_reserve_paths_and_lines(tmp_path: Path, sample_repo):
     guard = ConflictGuard()
     async with Coordinator.open(tmp_path / "s", sample_repo, policies=[guard]) as coord:

@@ -17,7 +17,7 @@ import pytest
 from coordinator import Coordinator, NotFound, RewindError, _journal
 from coordinator._trace import FORK_PREFIX, SCOPE_PREFIX, Trace
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: long histories
 
 
 def git(git_dir: Path, *args: str) -> str:

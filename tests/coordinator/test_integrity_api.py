@@ -36,6 +36,7 @@ async def _post(srv, path: str, body: bytes) -> tuple[int, dict]:
     ("/v1/scopes/a/merge", b'{"other": "b", "dry_run": "yes"}'),
     ("/v1/scopes/a/exec", b'{"argv": ["true"], "network": 1}'),
 ])
+@pytest.mark.slow
 async def test_wrong_json_types_are_422_not_coerced(srv, path, body):
     """`false` is not 0 and `0` is not false: the body is refused, nothing recorded."""
     head = srv.hub.c.scope("a").head
@@ -44,6 +45,7 @@ async def test_wrong_json_types_are_422_not_coerced(srv, path, body):
     assert srv.hub.c.scope("a").head == head
 
 
+@pytest.mark.slow
 async def test_argv_schema_and_behaviour_agree(srv):
     """The schema says argv[0] is non-empty; an empty program is a 422, an
     empty later argument runs."""
@@ -68,6 +70,7 @@ async def test_405_names_the_allowed_methods(srv):
             assert (await r.json())["error"] == "MethodNotAllowed"
 
 
+@pytest.mark.slow
 async def test_a_body_shorter_than_its_content_length_ends_in_408(srv):
     """A client that promises 100 bytes and sends 10 gets 408 after the body
     timeout (1 s here) and the connection is closed; nothing is written."""

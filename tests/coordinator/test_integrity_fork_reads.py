@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from .server_fixtures import serve
 
 
+@pytest.mark.slow
 async def test_reads_during_a_fork_loop_never_miss_a_file(tmp_path, sample_repo):
     """Forty forks of a busy scope (a write before each, so each one remounts)
     against readers of a small file, a large file and a directory: no 404,

@@ -18,8 +18,8 @@ from tests.conftest import SAMPLE, make_repo
 from .test_live import settle, sh
 
 _REASON = FuseBackend.unavailable_reason()
-pytestmark = pytest.mark.skipif(_REASON is not None,
-                                reason=f"fuse backend unavailable: {_REASON}")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_REASON is not None,
+                                 reason=f"fuse backend unavailable: {_REASON}"), pytest.mark.root]
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ async def _start(state: Path, repo: Path | None) -> tuple[subprocess.Popen[str],
     return await serve_process(state, repo, ADMIN)
 
 
+@pytest.mark.slow
 async def test_ignored_files_survive_a_sigkill(tmp_path, sample_repo):
     """An API write of build/out.o and a command's build/gen.txt, acknowledged,
     are there after `kill -9` and a restart; so is what a fork inherited; a
@@ -70,6 +71,7 @@ async def test_ignored_files_survive_a_sigkill(tmp_path, sample_repo):
     assert not any(p.startswith("build/") or "__pycache__" in p for p in tree.stdout.split())
 
 
+@pytest.mark.slow
 async def test_rewind_and_reopen_agree_on_ignored_files(tmp_path, sample_repo):
     """A rewind drops the ignored files written after its target; reopening the
     state directory gives the same workspace as the live rewind did."""

@@ -43,6 +43,7 @@ async def test_fork_refuses_names_git_refuses_as_refs(srv, name):
     await srv.hub.c.checkpoint()  # the checkpoint still works: no bad ref was journaled
 
 
+@pytest.mark.slow
 async def test_python_fork_of_a_bad_name_raises_path_error(tmp_path, sample_repo):
     """The Python API refuses the same names (PathError), with nothing journaled."""
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
@@ -52,6 +53,7 @@ async def test_python_fork_of_a_bad_name_raises_path_error(tmp_path, sample_repo
         assert coord.trace.scope_names() == ["root"]
 
 
+@pytest.mark.slow
 async def test_a_journal_holding_an_invalid_ref_is_salvaged_on_open(tmp_path, sample_repo):
     """A state dir whose journal names a ref git refuses (what older versions
     wrote for a scope named `x.`, then were killed) opens, checkpoints, and
@@ -92,6 +94,7 @@ BAD_PATHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", BAD_PATHS, ids=range(len(BAD_PATHS)))
 async def test_bad_paths_are_a_400_that_writes_nothing(srv, path):
     """`.git` in any spelling git refuses, control characters, too deep or too
@@ -130,6 +133,7 @@ async def test_a_deep_path_leaves_no_mount_after_shutdown(tmp_path, sample_repo)
     assert _mounts_under(state) == []
 
 
+@pytest.mark.slow
 async def test_a_path_with_newlines_cannot_corrupt_the_log(tmp_path, sample_repo):
     """Newlines are refused; a record whose subject did hold them (older
     versions) still decodes, so the scope keeps its parent after a restart."""

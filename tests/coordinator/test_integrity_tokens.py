@@ -63,6 +63,7 @@ async def test_tokens_cannot_be_forged_from_the_state_or_health(tmp_path, sample
         assert (state / "tokens").stat().st_mode & 0o077 == 0
 
 
+@pytest.mark.slow
 async def test_tokens_survive_a_restart_and_discards_stay_revoked(tmp_path, sample_repo):
     """A token works after a restart; a discarded scope's token stays dead after
     a restart even when the name was forked again (here through the Python API,

@@ -60,6 +60,7 @@ async def test_effects_are_readable_before_a_checkpoint_and_in_git_after(tmp_pat
     assert git(git_dir, "fsck", "--strict").returncode == 0
 
 
+@pytest.mark.slow
 async def test_a_torn_tail_is_dropped_and_the_rest_replayed(tmp_path, sample_repo):
     git_dir = tmp_path / "s" / "trace.git"
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
@@ -85,6 +86,7 @@ class BlockAll(Policy):
         return Decision(verdict="block", reason="no")
 
 
+@pytest.mark.slow
 async def test_roll_up_keeps_packs_few_and_prunes_nothing(
     tmp_path, sample_repo, monkeypatch, caplog
 ):
@@ -113,6 +115,7 @@ async def test_roll_up_keeps_packs_few_and_prunes_nothing(
     assert git(git_dir, "fsck", "--strict").returncode == 0
 
 
+@pytest.mark.slow
 async def test_a_failed_checkpoint_keeps_everything_for_the_next_open(
     tmp_path, sample_repo, monkeypatch
 ):
@@ -169,6 +172,7 @@ async def test_a_ref_deleted_in_the_journal_is_gone_before_the_checkpoint(tmp_pa
             coord.trace.commit(ref)
 
 
+@pytest.mark.slow
 async def test_a_checkpoint_packs_its_ref_moves_into_packed_refs(tmp_path, sample_repo):
     """A checkpoint writes its ref moves as one `packed-refs` (git's format,
     sorted): plain git lists them and walks their logs; a loose ref left on

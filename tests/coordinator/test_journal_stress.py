@@ -12,7 +12,7 @@ import pytest
 
 from coordinator import ConflictGuard, Coordinator, _journal
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: checkpoints under load
 
 
 async def test_checkpoints_under_load_lose_nothing(tmp_path, sample_repo, monkeypatch):

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ import sandboxes
 from coordinator import Coordinator, Scope
 from coordinator._merge import three_way
 from tests.conftest import make_repo
+
+pytestmark = pytest.mark.slow  # property laws against git, many examples
 
 BACKEND = "overlay" if sandboxes.OverlayBackend.unavailable_reason() is None else "copy"
 BASE = {f"f{i}.txt": "".join(f"{i}-{j}\n" for j in range(8)) for i in range(4)}

@@ -21,7 +21,9 @@ from tests.sandboxes.conftest import mounts_under
 
 _REASON = FuseBackend.unavailable_reason()
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.asyncio,
+    pytest.mark.root,
     pytest.mark.skipif(_REASON is not None, reason=f"fuse backend unavailable: {_REASON}"),
 ]
 

@@ -128,6 +128,7 @@ LAW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChec
 @example(case=({"f.txt": b"    return\n{\nx\nx\n}\n    return\n}\n"},
                {"f.txt": b"    return\nsame\n\n{\n}\n    return\n}\n"},
                {"f.txt": b"    return\nA\nA\n\nx\nx\n}\n}\n{\nsame\n}\n"}))
+@pytest.mark.slow
 def test_favored_merge_equals_git_merge(strategy, case):
     """union/ours/theirs give the tree git merge gives with the union attribute / -X."""
     want, got = both_ways(strategy, *case)

@@ -23,6 +23,7 @@ async def rename(scope, old: str, new: str, data: bytes) -> None:
     assert (await scope.write(new, data)).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("renamer", ["ours", "theirs"])
 async def test_an_edit_follows_the_rename(tmp_path, sample_repo, renamer):
     async with Coordinator.open(tmp_path / "s", sample_repo) as coord:

@@ -53,6 +53,7 @@ def git_diff_tree(git_dir: Path, old: str, new: str) -> dict[str, tuple[str, int
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree_spec, tree_spec)
+@pytest.mark.slow
 def test_diff_trees_equals_git_diff_tree(old, new):
     """diff_trees gives, per changed path, the new (blob, mode) or None, exactly
     the paths `git diff-tree -r` lists (typechanges and file/directory swaps too)."""

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from coordinator import Coordinator, PatchError, Scope
 from tests.conftest import GIT_ENV, make_repo
 
+pytestmark = pytest.mark.slow  # property laws against git apply, many examples
+
 SNAPSHOT = {"README.md": "# law\n"}
 Files = dict[str, tuple[bytes, int]]
 

@@ -44,6 +44,7 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", FILES)
 
 
+@pytest.mark.slow
 async def test_a_patch_of_many_files_is_one_effect(tmp_path, repo):
     """Edit, rename, delete, new executable and binary files in one patch: one
     commit whose intent lists every file, and the files git apply makes."""
@@ -100,6 +101,7 @@ async def test_the_policy_chain_sees_every_file_of_a_patch(tmp_path, repo):
         assert await a.read("src/b.py") == b"b1\nb2\nb3\n"
 
 
+@pytest.mark.slow
 async def test_one_file_form_honours_counts_and_names(tmp_path, repo):
     """patch(path, hunks): a blank line after the hunk is not context (the @@
     counts say where it ends); a diff of another file is refused."""
@@ -119,6 +121,7 @@ async def test_one_file_form_honours_counts_and_names(tmp_path, repo):
         assert a.head == head
 
 
+@pytest.mark.slow
 async def test_malformed_and_escaping_patches_are_refused(tmp_path, repo):
     """Garbage, a path out of the workspace and a write into .git raise; nothing lands."""
     async with Coordinator.open(tmp_path / "s", repo, backend="copy") as coord:

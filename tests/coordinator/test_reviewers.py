@@ -47,6 +47,7 @@ async def test_reviewer_blocks_and_allows(srv):
     assert seen == ["fine.txt", "virus.exe"]
 
 
+@pytest.mark.slow
 async def test_reviewer_rewrites_content(srv):
     """A rewrite answer with new content lands the reviewer's version."""
     c = srv.client
@@ -67,6 +68,7 @@ async def test_reviewer_rewrites_content(srv):
     assert await c.read("a", "m.py") == b"x = 1\n"
 
 
+@pytest.mark.slow
 async def test_silent_reviewer_abstains_and_it_is_recorded(srv):
     """A reviewer that does not answer in time abstains; the decision's reason says so."""
     c = srv.client
@@ -78,6 +80,7 @@ async def test_silent_reviewer_abstains_and_it_is_recorded(srv):
     assert "sleepy abstained" in log.entries[-1].effect.decision.reason
 
 
+@pytest.mark.slow
 async def test_reviewers_need_the_admin_token(srv):
     """A scope token cannot connect as a reviewer."""
     token = (await srv.client.fork("root", "b")).token
@@ -86,6 +89,7 @@ async def test_reviewers_need_the_admin_token(srv):
             pass
 
 
+@pytest.mark.slow
 async def test_reviewer_may_answer_abstain(srv):
     """`abstain` passes the intent on down the chain (default allow)."""
     c = srv.client

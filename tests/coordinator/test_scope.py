@@ -25,6 +25,7 @@ def app_with(line: int, text: str) -> bytes:
     return "".join(lines).encode()
 
 
+@pytest.mark.slow
 async def test_write_read_commit_tree_is_workspace(tmp_path: Path, sample_repo: Path, backend):
     """A write lands in the workspace and in a commit whose tree holds it."""
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
@@ -40,6 +41,7 @@ async def test_write_read_commit_tree_is_workspace(tmp_path: Path, sample_repo: 
         assert effects[-1].status == "materialized"
 
 
+@pytest.mark.slow
 async def test_fork_isolation(tmp_path: Path, sample_repo: Path, backend):
     """A child's writes are invisible to its parent and siblings."""
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
@@ -71,6 +73,7 @@ async def test_patch_and_delete(tmp_path: Path, sample_repo: Path, backend):
             coord.trace.tree_of(a.head)["src/util.py"]
 
 
+@pytest.mark.slow
 async def test_exec_is_transactional(tmp_path: Path, sample_repo: Path, backend):
     """A command's file changes are reviewed before they land; blocked, nothing lands."""
     decisions = []
@@ -136,6 +139,7 @@ async def test_blocked_write_touches_nothing(tmp_path: Path, sample_repo: Path, 
         assert coord.log(a)[-1].status == "blocked"
 
 
+@pytest.mark.slow
 async def test_rewind_restores_tree_exactly(tmp_path: Path, sample_repo: Path, backend):
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
         a = await coord.root.fork("a")
@@ -161,6 +165,7 @@ async def test_rewind_restores_tree_exactly(tmp_path: Path, sample_repo: Path, b
             await a.rewind(to=coord.trace.snapshot())
 
 
+@pytest.mark.slow
 async def test_merge_clean_and_conflict_with_provenance(tmp_path, sample_repo, backend):
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
         a = await coord.root.fork("alice")
@@ -192,6 +197,7 @@ async def test_merge_clean_and_conflict_with_provenance(tmp_path, sample_repo, b
         assert await coord.root.read("docs/new.md") == b"bob docs\n"
 
 
+@pytest.mark.slow
 async def test_discard_is_idempotent_and_keeps_history(tmp_path, sample_repo, backend):
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
         a = await coord.root.fork("a")
@@ -209,6 +215,7 @@ async def test_discard_is_idempotent_and_keeps_history(tmp_path, sample_repo, ba
         assert await again.read("README.md") == b"# sample\n"
 
 
+@pytest.mark.slow
 async def test_trace_reads_with_stock_git(tmp_path: Path, sample_repo: Path, backend):
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
         a = await coord.root.fork("alice")
@@ -225,6 +232,7 @@ async def test_trace_reads_with_stock_git(tmp_path: Path, sample_repo: Path, bac
     assert fsck.returncode == 0, fsck.stderr
 
 
+@pytest.mark.slow
 async def test_reopen_rebuilds_workspaces(tmp_path: Path, sample_repo: Path, backend):
     async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
         a = await coord.root.fork("alice")

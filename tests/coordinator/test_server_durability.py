@@ -9,10 +9,13 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from coordinator.client import CorralClient
 
 from .server_fixtures import serve_process
+
+pytestmark = pytest.mark.slow  # a SIGKILLed server
 
 ROOT = Path(__file__).parents[2]
 ADMIN = "a.durability-admin"

@@ -16,6 +16,8 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
+pytestmark = pytest.mark.slow  # schemathesis against a server
+
 ROOT = Path(__file__).parents[2]
 ADMIN = "a.fuzz-admin"
 EXAMPLES = 20

@@ -45,6 +45,7 @@ async def _watch(c, counts: list[int], i: int, ready: asyncio.Event) -> None:
                 await asyncio.sleep(0.002)
 
 
+@pytest.mark.slow
 async def test_events_stream_filters_by_scope_kind_and_type(tmp_path, sample_repo):
     """A subscriber sees intents, decisions and effects of the scopes and kinds it asked for."""
     async with serve(tmp_path / "state", sample_repo) as srv:
@@ -70,6 +71,7 @@ async def test_events_stream_filters_by_scope_kind_and_type(tmp_path, sample_rep
         assert first["type"] == "effect" and first["effect"]["intent"]["path"] == "y.txt"
 
 
+@pytest.mark.slow
 async def test_scope_token_streams_only_its_scope(tmp_path, sample_repo):
     """A scope token may subscribe to its own scope, not to another's."""
     from coordinator import Forbidden
@@ -90,6 +92,7 @@ async def test_scope_token_streams_only_its_scope(tmp_path, sample_repo):
         assert event["effect"]["scope"] == "a"
 
 
+@pytest.mark.slow
 async def test_observers_never_perturb_the_trace(tmp_path):
     """The same deterministic run with and without WebSocket observers (one of
     them slow) yields byte-identical refs and commit ids."""

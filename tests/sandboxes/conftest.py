@@ -43,7 +43,10 @@ def state_root(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
-@pytest.fixture(params=["overlay", "overlay-tmpfs", "copy", "fuse"])
+@pytest.fixture(params=[pytest.param("overlay", marks=[pytest.mark.root, pytest.mark.slow]),
+                        pytest.param("overlay-tmpfs", marks=[pytest.mark.root, pytest.mark.slow]),
+                        "copy",
+                        pytest.param("fuse", marks=[pytest.mark.root, pytest.mark.slow])])
 def live_backend(state_root: Path, request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A backend of each kind, overlay also with its layers on tmpfs; skips
     (with the reason) a backend that cannot run here."""

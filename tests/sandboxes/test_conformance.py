@@ -125,13 +125,13 @@ def test_fork_while_a_process_uses_the_parent(root_ws: Workspace) -> None:
     child sees the parent's state, the process and the parent keep working."""
     expected = _dirty(root_ws)
     holder = subprocess.Popen(
-        ["sh", "-c", "exec 3<new.txt; read line; cat <&3; echo done > holder.txt"],
+        ["sh", "-c", "exec 3<new.txt; echo open; read line; cat <&3; echo done > holder.txt"],
         cwd=root_ws.path,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
     try:
-        time.sleep(0.05)
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"  # it holds it
         child = root_ws.fork("child")
         assert snapshot_files(child.path) == expected
         (root_ws.path / "parent-after.txt").write_text("still writable")

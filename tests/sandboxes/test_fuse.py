@@ -18,7 +18,9 @@ from sandboxes import FuseBackend, MutationIntent, Workspace, snapshot_files
 from tests.sandboxes.conftest import expected_base, mounts_under, populate_base
 
 _REASON = FuseBackend.unavailable_reason()
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"fuse backend unavailable: {_REASON}")
+pytestmark = [pytest.mark.slow, pytest.mark.root,
+              pytest.mark.skipif(_REASON is not None,
+                                 reason=f"fuse backend unavailable: {_REASON}")]
 
 
 class Recorder:

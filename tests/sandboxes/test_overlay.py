@@ -13,7 +13,7 @@ from sandboxes import MODE_FILE, BackendUnavailable, OverlayBackend, choose_back
 from sandboxes.overlay import SQUASH_AT, OverlayWorkspace
 from tests.sandboxes.conftest import expected_base, mounts_under, overlay_only, populate_base
 
-pytestmark = overlay_only
+pytestmark = [overlay_only, pytest.mark.root]
 
 
 @pytest.fixture(params=[False, True], ids=["disk", "tmpfs"])
@@ -95,6 +95,7 @@ def test_frozen_layers_are_deleted_when_unused(overlay: OverlayBackend) -> None:
     assert list(layers.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_deep_fork_chains_squash_and_stay_correct(overlay: OverlayBackend) -> None:
     """A chain of dirty forks deeper than one page of mount options and than
     SQUASH_AT keeps every file, and the stack stays bounded; discarding each parent

@@ -1,0 +1,208 @@
+"""The agents' commands of `corral`: demo, run, mcp, hook and model-server.
+
+Registered through the `corral.commands` entry point group (`register`), so the
+coordinator's CLI does not import agents. Heavy modules load inside each command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from coordinator import CorralError
+from coordinator.cli_shared import (
+    BackendOpt,
+    JsonFlag,
+    JsonOutOpt,
+    LegacyJsonFile,
+    console,
+    emit_json,
+    err,
+    fail,
+    json_target,
+)
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+
+
+def register(root: typer.Typer) -> None:
+    """Add the agents' commands to the `corral` app (the `corral.commands` entry point)."""
+    root.add_typer(app)  # no name: the commands join the top level
+
+
+@app.command()
+def demo(
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="Keep the demo's state here (default: a temp dir)."),
+    ] = None,
+    backend: BackendOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Run the built-in demo: two scripted agents, a blocked conflict, a rewind, a merge."""
+    from agents.demo import run_demo
+
+    to_stdout, json_out = json_target(json_flag, json_out, legacy_json)
+    out = err if to_stdout else console
+    try:
+        report = asyncio.run(run_demo(out, state, backend))
+    except CorralError as e:
+        fail(str(e))
+        return
+    out.print(
+        f"[bold]done[/] in {report.seconds:.2f}s: {report.effects} effects, "
+        f"{len(report.blocked)} blocked, merged {', '.join(report.merged) or 'nothing'}, "
+        f"tests {'pass' if report.tests_passed else 'FAIL'}"
+    )
+    emit_json(report.as_dict(), to_stdout, json_out)
+    if not report.tests_passed or len(report.merged) != 2:
+        raise typer.Exit(1)
+
+
+@app.command("run")
+def run_cmd(
+    repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")],
+    task: Annotated[list[str], typer.Option("--task", help="A task; repeat for more agents.")],
+    model: Annotated[list[str], typer.Option(
+        help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini: once for every agent, or once per "
+        "--task (in order, e.g. one scripted model per agent).")],
+    base_url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
+    ] = None,
+    supervisor: Annotated[
+        str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL, or none.")
+    ] = "conflict-guard",
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="State directory (default: .git/corral/runs/ID)."),
+    ] = None,
+    max_steps: Annotated[int, typer.Option(help="Model calls per agent at most.")] = 30,
+    max_tokens: Annotated[
+        Optional[int], typer.Option(help="Tokens per agent at most.")  # noqa: UP045
+    ] = None,
+    retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
+    backend: BackendOpt = None,
+    squash: Annotated[bool, typer.Option(
+        "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
+        "history (one commit per effect).")] = False,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    agent: Annotated[str, typer.Option(
+        help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
+    )] = "builtin",
+) -> None:
+    """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
+    leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
+    from agents.providers import ModelError
+    from agents.run import render_report, run_with_progress
+
+    try:
+        report = asyncio.run(run_with_progress(
+            err if json_flag else console, repo, task, model=model, base_url=base_url,
+            supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
+            retries=retries, backend=backend, squash=squash, agent=agent,
+        ))
+    except (CorralError, ModelError, ValueError) as e:
+        fail(str(e))
+        return
+    if not json_flag:
+        console.print(render_report(report))
+    emit_json(report.as_dict(), json_flag, json_out)
+    if not report.ok:
+        for message in report.errors:
+            err.print(f"[red]error:[/] {message}")
+        raise typer.Exit(1)
+
+
+@app.command("mcp")
+def mcp_cmd(
+    scope: Annotated[str, typer.Option(help="The scope the tools act on.")],
+    url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_URL", help="A running `corral serve` (e.g. "
+                     "http://127.0.0.1:8765); else --state opens the coordinator in process."),
+    ] = None,
+    token: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(envvar="CORRAL_TOKEN", help="The scope's token (with --url)."),
+    ] = None,
+    state: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--state", "-s", help="In process: this state directory."),
+    ] = None,
+    parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
+                                        "one.")] = "root",
+) -> None:
+    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
+    over stdio; every change is reviewed by the supervisor first."""
+    from agents.mcp_server import serve_stdio
+
+    if url is None and state is None:
+        fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
+    asyncio.run(serve_stdio(scope, url=url, token=token,
+                            state=str(state) if state else None, parent=parent))
+
+
+@app.command("hook")
+def hook_cmd(
+    scope: Annotated[str, typer.Option(envvar="CORRAL_SCOPE",
+                                       help="The scope mirroring Claude Code's checkout.")],
+    url: Annotated[str, typer.Option(envvar="CORRAL_URL", help="A running `corral serve`.")],
+    token: Annotated[str, typer.Option(envvar="CORRAL_TOKEN", help="The scope's token.")],
+    root: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="The checkout's root (default: the git top level of the event's "
+                     "cwd)."),
+    ] = None,
+) -> None:
+    """A Claude Code hook (PreToolUse, PostToolUse): reads the event on stdin, asks the
+    supervisor, and answers allow or deny with its reason; records what the tool changed."""
+    from agents.hooks import run_hook
+
+    answer = asyncio.run(run_hook(sys.stdin.read(), url=url, token=token, scope=scope,
+                                  root=root))
+    if answer.output is not None:
+        sys.stdout.write(json.dumps(answer.output) + "\n")
+    if answer.stderr:
+        sys.stderr.write(answer.stderr + "\n")
+    raise typer.Exit(answer.exit_code)
+
+
+@app.command("model-server")
+def model_server_cmd(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: any free port).")] = 8765,
+    block_size: Annotated[int, typer.Option(help="Prompt-cache block, in tokens.")] = 64,
+    script: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help='JSON file: {"MODEL": [STEP, ...]}, a step being a text or '
+                     '{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}.'),
+    ] = None,
+) -> None:
+    """Serve scripted replies in the OpenAI and Anthropic wire formats (for tests and
+    demos; point --base-url at it) until interrupted."""
+    import contextlib
+
+    from agents.model_server import ScriptedModelServer, _load_script
+
+    async def serve() -> None:
+        server = ScriptedModelServer(host=host, port=port, block_size=block_size)
+        for model, steps in (_load_script(script) if script else {}).items():
+            server.script(model, steps)
+        async with server:
+            print(f"OpenAI base_url {server.base_url}", flush=True)
+            print(f"Anthropic base_url {server.anthropic_base_url}", flush=True)
+            await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())

@@ -1,0 +1,154 @@
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|replay|
+cooperbench`.
+
+Registered through the `corral.commands` entry point group (`register`), so the
+coordinator's CLI does not import bench. Each benchmark module loads inside its command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from coordinator.cli_shared import (
+    BackendOpt,
+    JsonFlag,
+    JsonOutOpt,
+    LegacyJsonFile,
+    console,
+    emit_json,
+    err,
+    json_target,
+    show_report,
+)
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(rich_markup_mode=None,
+                  help="Benchmarks: print a table; --json prints the report as JSON, "
+                       "-o/--json-out FILE writes it.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+def register(root: typer.Typer) -> None:
+    """Add `corral bench` to the `corral` app (the `corral.commands` entry point)."""
+    root.add_typer(app, name="bench")
+
+
+@app.command("substrate")
+def bench_substrate(
+    sizes: Annotated[str, typer.Option(help="Comma-separated checkout sizes.")] = "10MB,500MB,3GB",
+    runs: Annotated[int, typer.Option(help="Iterations per operation (median reported).")] = 20,
+    backend: BackendOpt = None,
+    cache: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
+    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+    fuse: Annotated[
+        Optional[bool],  # noqa: UP045
+        typer.Option("--fuse/--no-fuse", help="Add the fuse rows (default: where fuse works)."),
+    ] = None,
+    history: Annotated[str, typer.Option(
+        help="History-length axis: effects in one scope, e.g. 1000,10000,50000.")] = "",
+    scopes: Annotated[str, typer.Option(
+        help="Scope-count axis: live scopes, e.g. 1,16,64,256.")] = "",
+    saturate: Annotated[int, typer.Option(
+        help="Saturating-writer row: this many writes back to back (0: none).")] = 0,
+) -> None:
+    """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts;
+    with --history/--scopes/--saturate, the long-history, many-scope and
+    saturating-writer rows (--sizes '' for those alone)."""
+    from bench import scaling, substrate
+
+    to_stdout, json_path = json_target(json_flag, json_out, legacy_json)
+    out = err if to_stdout else console
+    size_list = [s.strip() for s in sizes.split(",") if s.strip()]
+    report: dict[str, Any] = {}
+    if size_list:
+        report = substrate.run(size_list, runs=runs, backend=backend, cache=cache, fuse=fuse)
+        out.print(substrate.render(report))
+    report["scaling"] = scaling.run(
+        history=[int(n) for n in history.split(",") if n.strip()],
+        scopes=[int(n) for n in scopes.split(",") if n.strip()],
+        saturate=saturate, cache=cache)
+    for table in scaling.render(report["scaling"]):
+        out.print(table)
+    emit_json(report, to_stdout, json_path)
+
+
+@app.command("soak")
+def bench_soak(
+    scopes: Annotated[int, typer.Option(help="Scopes working at once.")] = 64,
+    minutes: Annotated[float, typer.Option(help="How long they work.")] = 10.0,
+    every: Annotated[float, typer.Option(help="Seconds between samples.")] = 30.0,
+    cache: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="Where synthetic checkouts are cached (default ~/.cache/corral/bench)."),
+    ] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Many scopes for minutes: RSS, fds, layers, mounts, journal and packs over
+    time, then a kill and the reopen."""
+    from bench import soak
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = soak.run(scopes=scopes, minutes=minutes, every=every, cache=cache)
+    show_report(soak.render(report), report, target)
+
+
+@app.command("server")
+def bench_server(
+    clients: Annotated[str, typer.Option(help="Comma-separated concurrent client counts.")] = (
+        "1,4,16,64"),
+    seconds: Annotated[float, typer.Option(help="Duration of each measurement.")] = 3.0,
+    guard: Annotated[bool, typer.Option("--guard/--no-guard",
+                                        help="Serve with the conflict guard.")] = True,
+    backend: BackendOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """HTTP throughput and latency of writes (under the conflict guard) and reads."""
+    from bench import server as server_bench
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
+                              seconds=seconds, backend=backend, guard=guard)
+    show_report(server_bench.render(report), report, target)
+
+
+@app.command("replay")
+def bench_replay(
+    diverge: Annotated[str, typer.Option(help="Steps to diverge at (comma-separated).")] = "4,8",
+    functions: Annotated[int, typer.Option(help="Functions in the task's source file.")] = 60,
+    edits: Annotated[int, typer.Option(help="Edit steps in the task.")] = 10,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Prompt-cache reuse of fork-and-replay against the local model server."""
+    from bench import replay as replay_bench
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()],
+                              functions, edits)
+    show_report(replay_bench.render(report), report, target)
+
+
+@app.command(
+    "cooperbench", add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def bench_cooperbench(ctx: typer.Context) -> None:
+    """CooperBench pair pass rates (solo, coop, supervised) on Corral scopes; `conflicts`
+    prints the gold pairs' merge census. --help lists the options."""
+    from bench.cooperbench._cli import main as cooperbench_main
+
+    cooperbench_main(list(ctx.args))

@@ -1,0 +1,107 @@
+"""What every `corral` command shares, whichever package contributes it: the
+consoles, the error exit, the JSON options and the sandbox-backend option.
+
+Packages above the coordinator (agents, bench) build their commands from these
+and register them through the `corral.commands` entry point group (see
+`coordinator.cli`), so the coordinator imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = [
+    "BackendOpt",
+    "JsonFlag",
+    "JsonOutOpt",
+    "LegacyJsonFile",
+    "console",
+    "emit_json",
+    "err",
+    "fail",
+    "json_target",
+    "show_report",
+]
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print `error: message` on stderr and exit with `code`."""
+    err.print(f"[red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+# One convention for JSON across the CLI: `--json` is a flag that prints JSON on
+# stdout (the human output moves to stderr), `-o/--json-out FILE` writes the
+# report to FILE. The old `--json FILE` of `demo` and `bench` still works (a
+# hidden positional argument takes the FILE) with a note on stderr.
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
+JsonOutOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE."),
+]
+LegacyJsonFile = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Argument(hidden=True, metavar="", show_default=False,
+                   help="The old `--json FILE` form: the same as -o FILE."),
+]
+
+
+def json_target(flag: bool, out: Path | None, legacy: Path | None) -> tuple[bool, Path | None]:
+    """(print JSON on stdout?, file to write it to) from --json, -o and the old
+    `--json FILE` (parsed as the flag and a positional FILE)."""
+    if legacy is None:
+        return flag, out
+    if not flag:
+        fail(f"unexpected argument {str(legacy)!r}; to write the report as JSON give "
+             "-o/--json-out FILE", 2)
+    if out is not None:
+        fail("give the report's file once: -o/--json-out FILE", 2)
+    err.print(f"[yellow]note:[/] `--json FILE` is the old form; use `-o {legacy}` "
+              "(`--json` alone prints JSON on stdout)")
+    return False, legacy
+
+
+def emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:
+    """Write the report to `path` and/or print it on stdout."""
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2))
+        (err if to_stdout else console).print(f"wrote {path}")
+    if to_stdout:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def show_report(table: Table, report: dict[str, Any], target: tuple[bool, Path | None]) -> None:
+    """Print a benchmark's table (on stderr with --json) and its report as JSON."""
+    to_stdout, path = target
+    (err if to_stdout else console).print(table)
+    emit_json(report, to_stdout, path)
+
+
+def _backend_name(value: str | None) -> str | None:
+    """Refuse an unknown --backend before any work starts (not a KeyError later)."""
+    if value is None:
+        return None
+    import sandboxes
+
+    if value not in sandboxes.backends:
+        raise typer.BadParameter(
+            f"unknown backend {value!r}; choose one of {', '.join(sorted(sandboxes.backends))}")
+    return value
+
+
+BackendOpt = Annotated[
+    Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
+    typer.Option(help="Sandbox backend: overlay, fuse, copy (default: the best available).",
+                 callback=_backend_name),
+]
