@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, NotFound, RewindError, _journal
+from coordinator import Coordinator, JournalBounds, NotFound, RewindError, _journal
 from coordinator._trace import FORK_PREFIX, SCOPE_PREFIX, Trace
 
 pytestmark = pytest.mark.asyncio
@@ -31,8 +31,6 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
     """With a checkpoint stuck writing, a writer fills the next generation and
     then waits (visible in the backpressure metric) instead of growing it; once
     the checkpoint is through, it carries on and nothing is lost."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    monkeypatch.setattr(_journal, "CHECKPOINT_OBJECTS", 40)
     release = threading.Event()
     writing = threading.Event()
     real = _journal.Journal._write_pack
@@ -43,7 +41,8 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
         real(self, objects)
 
     monkeypatch.setattr(_journal.Journal, "_write_pack", slow_disk)
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    bounds = JournalBounds(checkpoint_s=3600.0, checkpoint_objects=40)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=bounds) as coord:
         journal = coord.trace.journal
         a = await coord.root.fork("a")
         done: list[str] = []
@@ -78,12 +77,11 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
         assert await coord.scope("a").read("d/f199.txt") == b"199\n"
 
 
-async def test_memory_held_by_the_journal_is_dropped_at_each_checkpoint(tmp_path, sample_repo,
-                                                                        monkeypatch):
+async def test_memory_held_by_the_journal_is_dropped_at_each_checkpoint(tmp_path, sample_repo):
     """A checkpoint drops its whole generation: nothing held afterwards, and the
     objects read back from the pack."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    quiet = JournalBounds(checkpoint_s=3600.0)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=quiet) as coord:
         a = await coord.root.fork("a")
         for i in range(50):
             await a.write(f"f{i % 5}.txt", f"{i}\n".encode() * 100)
@@ -208,14 +206,13 @@ def _deleted_packs(git_dir: Path) -> list[str]:
     return out
 
 
-async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo, monkeypatch):
+async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo):
     """Handles that read from packs a roll-up then deleted are renewed at their
     thread's next unit of work (an effect, an io job): once every thread has
     had one and a checkpoint ran, no file descriptor to a deleted pack is open."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    monkeypatch.setattr(_journal, "MAX_PACKS", 3)
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    bounds = JournalBounds(checkpoint_s=3600.0, max_packs=3)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=bounds) as coord:
         a = await coord.root.fork("a")
         pool = coord._pool
 
