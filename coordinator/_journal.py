@@ -171,6 +171,8 @@ class Journal:
         """Bytes of object data held in memory (not yet in a pack)."""
         self.peak_bytes = 0
         """The most `held_bytes` has been since this journal opened."""
+        self.peak_objects = 0
+        """The most objects held at once (current and sealed generation)."""
         self.on_checkpoint: Callable[[float, int], None] | None = None
         """Called after each checkpoint with its seconds and object count."""
         self.on_wait: Callable[[float], None] | None = None
@@ -226,6 +228,9 @@ class Journal:
             self.held_bytes += len(data)
             if self.held_bytes > self.peak_bytes:
                 self.peak_bytes = self.held_bytes
+            held = len(self.objects) + len(self.sealed)
+            if held > self.peak_objects:
+                self.peak_objects = held
             if self._over():
                 self._wake.notify()
 
@@ -539,6 +544,7 @@ class Journal:
                     target = payload[:20]
                     self.refs[payload[20:].decode()] = None if target == _ZERO else target.hex()
         self.held_bytes = self.peak_bytes = self._pending_bytes
+        self.peak_objects = len(self.objects)
         return gens
 
 
