@@ -370,3 +370,55 @@ async def test_archive_names_never_collide_with_another_scopes_rewound_refs(
         await coord.checkpoint()
         assert any(r.startswith("refs/corral/archive/x-4.rewound-")
                    for r in coord.trace.refs("refs/corral/archive/"))
+
+
+async def test_a_checkpoint_renews_the_handles_and_the_old_ones_are_freed_at_once(
+    tmp_path, sample_repo
+):
+    """What a repository handle caches grows with the history it read: after a
+    checkpoint that wrote a pack, the event loop's handle is renewed even if no
+    effect follows, an io thread's at its next job, and the old handles are
+    freed at once (no reference cycle waits for the collector); reads keep
+    working through the new ones, also of objects the journal has dropped."""
+    import gc
+    import weakref
+
+    quiet = JournalBounds(checkpoint_s=3600.0)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=quiet) as coord:
+        a = await coord.root.fork("a")
+        for i in range(30):
+            await a.write(f"f{i % 4}.txt", f"{i}\n".encode())
+        trace = coord.trace
+        old_loop = weakref.ref(trace.repo)
+        old_io = weakref.ref(await coord.io(lambda: trace.repo))
+        gc.disable()  # only reference counts may free them
+        try:
+            await coord.checkpoint()  # on an io thread; the loop's renewal is a callback
+            await asyncio.sleep(0)
+            assert old_loop() is None, "the loop thread's handle was renewed and freed"
+            threads = len(coord._pool._threads)
+            gate = threading.Barrier(threads, timeout=10)
+
+            def read() -> bytes:  # one job on every io thread
+                gate.wait()
+                return trace.read(a.head, "f1.txt")
+
+            assert await asyncio.gather(*(coord.io(read) for _ in range(threads))) \
+                == [b"29\n"] * threads
+            assert old_io() is None, "the io thread's handle was renewed at its next job"
+            assert trace.read(a.head, "f2.txt") == b"26\n"
+            # a checkpoint with nothing to pack keeps the handles
+            kept = weakref.ref(trace.repo)
+            await coord.checkpoint()
+            await asyncio.sleep(0)
+            assert kept() is trace.repo
+        finally:
+            gc.enable()
+
+
+async def test_journal_bounds_must_be_positive():
+    """A bound of zero would checkpoint forever or never: refused."""
+    for bad in ({"checkpoint_s": 0}, {"checkpoint_bytes": 0}, {"checkpoint_objects": 0},
+                {"max_packs": 0}):
+        with pytest.raises(ValueError):
+            JournalBounds(**bad)
