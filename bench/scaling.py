@@ -88,9 +88,11 @@ async def _timed(op: Any) -> float:
 
 def _journal_figures(coord: Coordinator) -> dict[str, Any]:
     reg = coord.metrics.registry
+    waits = reg.get_sample_value("corral_trace_backpressure_seconds_count")
+    seconds = reg.get_sample_value("corral_trace_backpressure_seconds_sum")
     return {
-        "backpressure_waits": reg.get_sample_value("corral_trace_backpressure_seconds_count"),
-        "backpressure_s": reg.get_sample_value("corral_trace_backpressure_seconds_sum"),
+        "backpressure_waits": None if waits is None else int(waits),
+        "backpressure_s": None if seconds is None else round(seconds, 3),
     }
 
 
