@@ -358,4 +358,7 @@ class Coordinator:
 
     def _job(self, fn: Callable[[], T]) -> T:
         self.trace.renew_handle()  # between jobs, an io thread holds no git object
-        return fn()
+        try:
+            return fn()
+        finally:
+            self.trace.idle()

@@ -167,6 +167,10 @@ class Trace:
         _limit_libgit2_memory()
         self._handles: dict[int, _Held] = {}
         """Each thread's repository handle, by thread id (see `renew_handle`)."""
+        self._idle: set[int] = set()
+        """Threads between units of work (see `idle`): their handles may be
+        dropped from another thread."""
+        self._idle_lock = threading.Lock()
         self._generation = 0
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
         self._author = author
@@ -211,9 +215,20 @@ class Trace:
         empty cache and no pack mapped or open (libgit2 keeps a deleted pack's
         file open while a handle that read it lives); objects of two handles
         must not meet, hence only here."""
-        held = self._handles.get(threading.get_ident())
+        ident = threading.get_ident()
+        if self._idle:
+            with self._idle_lock:  # from here on, nobody else drops our handle
+                self._idle.discard(ident)
+        held = self._handles.get(ident)
         if held is not None and held.generation != self._generation:
-            del self._handles[threading.get_ident()]
+            del self._handles[ident]
+
+    def idle(self) -> None:
+        """Call where this thread's unit of work ends (an io job): it holds no
+        git object until its next `renew_handle`, so a checkpoint may drop its
+        handle at once rather than leave what it cached to its next job."""
+        with self._idle_lock:
+            self._idle.add(threading.get_ident())
 
     def release_handle(self) -> None:
         """This thread is done with the trace (it may never run again): drop its
@@ -225,10 +240,15 @@ class Trace:
         they cached is given back rather than growing with the history. A
         thread running an event loop renews its handle from a callback (between
         callbacks it holds no git object, as at the start of an effect), so an
-        idle coordinator does not keep it; io threads renew at their next job;
-        handles of threads that are gone are dropped at once."""
+        idle coordinator does not keep it; an io thread's is dropped at once
+        when it is between jobs (`idle`), else at its next job; handles of
+        threads that are gone are dropped at once."""
         self._generation += 1
         alive = {t.ident for t in threading.enumerate()}
+        with self._idle_lock:
+            self._idle &= alive
+            for ident in self._idle:
+                self._handles.pop(ident, None)
         for ident, held in list(self._handles.items()):
             if ident not in alive:
                 self._handles.pop(ident, None)
