@@ -96,6 +96,7 @@ def _decode(entries: Iterable[bytes]) -> dict[str, tuple[bytes, int]]:
         out[m[2].decode("utf-8", "surrogateescape")] = (m[3], int(m[1], 8))
     return out
 
+
 class _Held(NamedTuple):
     """A thread's repository handle."""
 
