@@ -3,13 +3,19 @@
 
 - history axis: one scope with N write effects (1k, 10k, 50k): write latency
   at the end, rewind 10 steps, the first page of its log and a page from the
-  middle, the whole log, a checkpoint after one write, RSS after the writes
-  and after a checkpoint, and reopening after a SIGKILL (time and RSS);
+  middle, the whole log, a checkpoint after one write, RSS at the start, its
+  peak, after the writes and after a checkpoint (each split into anonymous
+  memory, the heap and libgit2's caches, and file-backed, mapped packs and
+  libraries), and reopening after a SIGKILL (time and RSS);
 - scope-count axis: N live scopes (1 to 256): a checkpoint after one write in
   each, fork + discard, one write;
 - saturating writer: one scope writing N effects back to back: writes/s,
-  the journal's peak, the longest checkpoint, time writers waited
-  (backpressure), RSS before, at peak and after, and reopening after a kill.
+  the journal's peak (bytes and objects), the longest checkpoint, the effects
+  that waited for room in the journal and for how long (backpressure), RSS
+  before, at peak and after, and reopening after a kill. Run twice: with the
+  default journal bound and with a tight one (`saturate_bound` objects per
+  generation), where the writer outruns the checkpoints on any machine, so
+  the row shows it slowed down rather than the journal growing.
 
 Each history length and the saturating writer run in their own process (a
 fresh interpreter: RSS is theirs alone, and the kill is real). The snapshot is
@@ -33,7 +39,7 @@ from typing import Any
 
 from rich.table import Table
 
-from coordinator import Coordinator, Scope
+from coordinator import Coordinator, JournalBounds, Scope
 
 from ._child import run_child
 from ._synth import checkout, parse_size, source_paths
@@ -43,15 +49,26 @@ __all__ = ["render", "run", "run_history", "run_saturate", "run_scopes"]
 CHECKOUT = "10MB"
 REWIND_STEPS = 10
 PAGE = 50
+SATURATE_BOUND = 256
+"""Objects per journal generation in the tight-bound saturating row (the
+default bound is 16,384): ~50 writes, less than a checkpoint's fixed cost."""
 
 
 def _status(field: str) -> float:
-    """A /proc/self/status memory figure in MB (VmRSS, VmHWM, RssAnon)."""
+    """A /proc/self/status memory figure in MB (VmRSS, VmHWM, RssAnon, RssFile)."""
     with open("/proc/self/status", encoding="utf-8") as f:
         for line in f:
             if line.startswith(field + ":"):
                 return round(int(line.split()[1]) / 1024, 1)
     return 0.0
+
+
+def _rss(out: dict[str, Any], label: str) -> None:
+    """Record RSS now as `rss_<label>_mb`, split into `..._anon_mb` (heap,
+    libgit2's caches) and `..._file_mb` (mapped pack data and libraries)."""
+    out[f"rss_{label}_mb"] = _status("VmRSS")
+    out[f"rss_{label}_anon_mb"] = _status("RssAnon")
+    out[f"rss_{label}_file_mb"] = _status("RssFile")
 
 
 def _ms(samples: Sequence[float]) -> float:
@@ -71,9 +88,11 @@ async def _timed(op: Any) -> float:
 
 def _journal_figures(coord: Coordinator) -> dict[str, Any]:
     reg = coord.metrics.registry
+    waits = reg.get_sample_value("corral_trace_backpressure_seconds_count")
+    seconds = reg.get_sample_value("corral_trace_backpressure_seconds_sum")
     return {
-        "backpressure_waits": reg.get_sample_value("corral_trace_backpressure_seconds_count"),
-        "backpressure_s": reg.get_sample_value("corral_trace_backpressure_seconds_sum"),
+        "backpressure_waits": None if waits is None else int(waits),
+        "backpressure_s": None if seconds is None else round(seconds, 3),
     }
 
 
@@ -85,7 +104,8 @@ async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"effects": n}
     async with Coordinator.open(state, repo=repo) as coord:
         a = await coord.root.fork("a")
-        out["rss_start_mb"] = _status("VmRSS")
+        await coord.checkpoint()
+        _rss(out, "start")
         tail: list[float] = []
         middle = ""
         for i in range(n):
@@ -96,9 +116,10 @@ async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
             if i == n // 2:
                 middle = r.commit or ""
         out["write_ms"] = _ms(tail)
-        out["rss_after_writes_mb"] = _status("VmRSS")
+        out["rss_peak_mb"] = _status("VmHWM")
+        _rss(out, "after_writes")
         await coord.checkpoint()
-        out["rss_after_checkpoint_mb"] = _status("VmRSS")
+        _rss(out, "after_checkpoint")
         out["rewind_ms"] = _ms([await _timed(a.rewind(steps=REWIND_STEPS)) for _ in range(5)])
         trace = coord.trace
         if hasattr(trace, "log_page"):
@@ -113,7 +134,7 @@ async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
             await a.write(files[k], f"one more {k}\n".encode())
             cps.append(await _timed(coord.checkpoint()))
         out["checkpoint_one_write_ms"] = _ms(cps)
-        out["rss_end_mb"] = _status("VmRSS")
+        _rss(out, "end")
         for k in range(20):  # something for the journal to replay
             await a.write(files[k], f"after the checkpoint {k}\n".encode())
         _emit(out)
@@ -121,10 +142,12 @@ async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-async def _saturate(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
+async def _saturate(n: int, state: Path, cache: Path | None, bound: int) -> dict[str, Any]:
     repo, files = _files(cache)
-    out: dict[str, Any] = {"effects": n}
-    async with Coordinator.open(state, repo=repo) as coord:
+    bounds = JournalBounds(checkpoint_objects=bound) if bound else JournalBounds()
+    out: dict[str, Any] = {"effects": n, "bound_objects": bounds.checkpoint_objects,
+                           "bound_mib": round(bounds.checkpoint_bytes / 2**20, 1)}
+    async with Coordinator.open(state, repo=repo, journal=bounds) as coord:
         journal = coord.trace.journal
         checkpoints: list[tuple[float, int]] = []
         metrics_hook = journal.on_checkpoint
@@ -138,25 +161,20 @@ async def _saturate(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
         a = await coord.root.fork("a")
         await coord.checkpoint()
         checkpoints.clear()
-        out["rss_start_mb"] = _status("VmRSS")
-        peak_bytes = peak_objects = 0
+        journal.peak_bytes = journal.peak_objects = 0
+        _rss(out, "start")
         t = time.perf_counter()
         for i in range(n):
             await a.write(f"d{i % 16}/{files[i % len(files)]}", f"effect {i}\n".encode())
-            if i % 64 == 0:
-                peak_bytes = max(peak_bytes, journal.held_bytes)
-                held = len(journal.objects) + len(getattr(journal, "sealed", {}))
-                peak_objects = max(peak_objects, held)
         elapsed = time.perf_counter() - t
         out["writes_per_s"] = round(n / elapsed)
         out["rss_peak_mb"] = _status("VmHWM")
-        out["rss_after_writes_mb"] = _status("VmRSS")
-        out["journal_peak_mb"] = round(max(peak_bytes, getattr(journal, "peak_bytes", 0))
-                                       / 2**20, 1)
-        out["journal_peak_objects"] = peak_objects
+        _rss(out, "after_writes")
+        out["journal_peak_mb"] = round(journal.peak_bytes / 2**20, 2)
+        out["journal_peak_objects"] = journal.peak_objects
         during = list(checkpoints)
         await coord.checkpoint()
-        out["rss_after_checkpoint_mb"] = _status("VmRSS")
+        _rss(out, "after_checkpoint")
         out["checkpoints_during"] = len(during)
         out["checkpoint_max_s"] = round(max((s for s, _ in checkpoints), default=0.0), 2)
         out["checkpoint_max_objects"] = max((o for _, o in checkpoints), default=0)
@@ -172,8 +190,9 @@ async def _reopen(state: Path) -> dict[str, Any]:
     t = time.perf_counter()
     async with Coordinator.open(state) as coord:
         opened = time.perf_counter() - t
-        return {"reopen_s": round(opened, 3), "rss_after_reopen_mb": _status("VmRSS"),
-                "scopes": len(coord.scopes)}
+        out = {"reopen_s": round(opened, 3), "scopes": len(coord.scopes)}
+        _rss(out, "after_reopen")
+        return out
 
 
 def _emit(out: dict[str, Any]) -> None:
@@ -199,15 +218,21 @@ def run_history(lengths: Sequence[int], cache: Path | None = None) -> list[dict[
     return rows
 
 
-def run_saturate(n: int, cache: Path | None = None) -> dict[str, Any]:
-    """The saturating writer (see the module doc)."""
-    state = Path(tempfile.mkdtemp(prefix="corral-bench-saturate-"))
-    try:
-        row = _child(["saturate", str(n), str(state), str(cache or "")], timeout=7200)
-        row.update(_child(["reopen", str(state)], timeout=600))
-        return row
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+def run_saturate(n: int, cache: Path | None = None,
+                 bound: int = SATURATE_BOUND) -> list[dict[str, Any]]:
+    """The saturating writer (see the module doc): a row with the default
+    journal bound, and one with `bound` objects per generation (0: none)."""
+    rows = []
+    for objects in (0, bound) if bound else (0,):
+        state = Path(tempfile.mkdtemp(prefix="corral-bench-saturate-"))
+        try:
+            row = _child(["saturate", str(n), str(state), str(cache or ""), str(objects)],
+                         timeout=7200)
+            row.update(_child(["reopen", str(state)], timeout=600))
+            rows.append(row)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    return rows
 
 
 async def _scopes_async(counts: Sequence[int], cache: Path | None,
@@ -254,16 +279,33 @@ def run_scopes(counts: Sequence[int], cache: Path | None = None,
 
 
 def run(history: Sequence[int] = (), scopes: Sequence[int] = (), saturate: int = 0,
-        cache: Path | None = None) -> dict[str, Any]:
-    """Every axis asked for, as a JSON-ready report."""
+        cache: Path | None = None, saturate_bound: int = SATURATE_BOUND) -> dict[str, Any]:
+    """Every axis asked for, as a JSON-ready report (`saturate`: a list of rows,
+    the default journal bound first, then `saturate_bound` objects)."""
     report: dict[str, Any] = {}
     if history:
         report["history"] = run_history(history, cache)
     if scopes:
         report["scopes"] = run_scopes(scopes, cache)
     if saturate:
-        report["saturate"] = run_saturate(saturate, cache)
+        report["saturate"] = run_saturate(saturate, cache, saturate_bound)
     return report
+
+
+_RSS_ROWS = (
+    ("start", "RSS at start, MB (anon + file)"),
+    ("after_writes", "RSS after the writes, MB"),
+    ("after_checkpoint", "RSS after a checkpoint, MB"),
+    ("after_reopen", "RSS after reopen, MB"),
+)
+
+
+def _rss_cell(row: dict[str, Any], label: str) -> str:
+    total = row.get(f"rss_{label}_mb")
+    if total is None:
+        return "—"
+    anon, file = row.get(f"rss_{label}_anon_mb"), row.get(f"rss_{label}_file_mb")
+    return f"{total:g}" if anon is None else f"{total:g} ({anon:g} + {file:g})"
 
 
 def _cell(row: dict[str, Any], key: str, fmt: str = "{:g}") -> str:
@@ -287,14 +329,12 @@ def render(report: dict[str, Any]) -> list[Table]:
             ("log_page_middle_ms", f"log page of {PAGE}, mid-branch cursor"),
             ("log_all_ms", "whole log, oldest first"),
             ("checkpoint_one_write_ms", "checkpoint after one write"),
-            ("rss_start_mb", "RSS at start, MB"),
-            ("rss_after_writes_mb", "RSS after the writes, MB"),
-            ("rss_after_checkpoint_mb", "RSS after a checkpoint, MB"),
-            ("rss_end_mb", "RSS at the end, MB"),
             ("reopen_s", "reopen after SIGKILL, s"),
-            ("rss_after_reopen_mb", "RSS after reopen, MB"),
+            ("rss_peak_mb", "RSS peak, MB"),
         ):
             t.add_row(label, *(_cell(r, key) for r in rows))
+        for key, label in _RSS_ROWS:
+            t.add_row(label, *(_rss_cell(r, key) for r in rows))
         tables.append(t)
     rows = report.get("scopes")
     if rows:
@@ -307,11 +347,12 @@ def render(report: dict[str, Any]) -> list[Table]:
                       _cell(r, "write_ms"), _cell(r, "fork_ms"), _cell(r, "discard_ms"),
                       _cell(r, "registered"))
         tables.append(t)
-    row = report.get("saturate")
-    if row:
-        t = Table(title=f"Saturating writer: {row['effects']:,} writes back to back")
+    rows = report.get("saturate")
+    if rows:
+        t = Table(title=f"Saturating writer: {rows[0]['effects']:,} writes back to back")
         t.add_column("measure")
-        t.add_column("value", justify="right")
+        for r in rows:
+            t.add_column(f"bound {r['bound_objects']:,} objects", justify="right")
         for key, label in (
             ("writes_per_s", "writes/s"),
             ("journal_peak_mb", "journal peak, MiB"),
@@ -321,14 +362,13 @@ def render(report: dict[str, Any]) -> list[Table]:
             ("checkpoint_max_objects", "largest checkpoint, objects"),
             ("backpressure_waits", "effects that waited (backpressure)"),
             ("backpressure_s", "time they waited, s"),
-            ("rss_start_mb", "RSS before, MB"),
-            ("rss_peak_mb", "RSS peak, MB"),
-            ("rss_after_writes_mb", "RSS after the writes, MB"),
-            ("rss_after_checkpoint_mb", "RSS after a checkpoint, MB"),
             ("reopen_s", "reopen after SIGKILL, s"),
-            ("rss_after_reopen_mb", "RSS after reopen, MB"),
         ):
-            t.add_row(label, _cell(row, key, "{:,.3g}" if key.endswith("_s") else "{:,}"))
+            t.add_row(label, *(_cell(r, key, "{:,.3g}" if key.endswith("_s") else "{:,}")
+                               for r in rows))
+        t.add_row("RSS peak, MB", *(_cell(r, "rss_peak_mb") for r in rows))
+        for key, label in _RSS_ROWS:
+            t.add_row(label, *(_rss_cell(r, key) for r in rows))
         tables.append(t)
     return tables
 
@@ -339,8 +379,10 @@ def _main(argv: Sequence[str]) -> None:
         _emit(asyncio.run(_reopen(Path(rest[0]))))
         return
     n, state, cache = int(rest[0]), Path(rest[1]), Path(rest[2]) if rest[2] else None
-    child = _history if what == "history" else _saturate
-    asyncio.run(child(n, state, cache))
+    if what == "history":
+        asyncio.run(_history(n, state, cache))
+    else:
+        asyncio.run(_saturate(n, state, cache, int(rest[3])))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from ._events import Event, EventBus, Subscription
 from ._gate import GateRule, HumanGate
 from ._guard import Claim, ConflictGuard
 from ._hub import ServerConfig
+from ._journal import JournalBounds
 from ._merge import Conflict, Hunk, MergeResult, Resolver
 from ._openapi import Query, Route
 from ._policy import (
@@ -77,6 +78,7 @@ __all__ = [
     "Forbidden",
     "GateRule",
     "HumanGate",
+    "JournalBounds",
     "ReviewerPool",
     "ServerConfig",
     "load_policy",

@@ -28,6 +28,7 @@ from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_ch
 from ._effects import Effect
 from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
 from ._events import EventBus
+from ._journal import JournalBounds
 from ._live import LIVE_TIMEOUT_S, stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
@@ -105,6 +106,7 @@ class Coordinator:
         backend: str | None = None,
         policies: Sequence[Policy] = (),
         clock: Callable[[], float] | None = None,
+        journal: JournalBounds | None = None,
     ) -> AsyncIterator[Coordinator]:
         """Open (or create) the coordinator state in `state_dir`.
 
@@ -113,13 +115,14 @@ class Coordinator:
         scope's workspace is rebuilt from its head in the trace. `backend`
         picks the sandbox ("overlay", "copy", or "fuse" for live interception of
         writes by any process in a workspace; default: the best available, never fuse).
-        `clock` (epoch seconds) makes commit ids reproducible.
+        `clock` (epoch seconds) makes commit ids reproducible. `journal`: when
+        the trace checkpoints and how much it holds meanwhile (JournalBounds).
 
         Raises StateError when the directory is in use or was made from a
         different snapshot, NotFound for an unknown repository or commit.
         """
         coord = await asyncio.to_thread(
-            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock
+            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock, journal
         )
         coord._loop = asyncio.get_running_loop()
         coord._loop_thread = threading.get_native_id()
@@ -137,6 +140,7 @@ class Coordinator:
         backend_name: str | None,
         policies: Sequence[Policy],
         clock: Callable[[], float] | None,
+        journal: JournalBounds | None = None,
     ) -> Coordinator:
         state = state.absolute()
         state.mkdir(parents=True, exist_ok=True)
@@ -148,7 +152,7 @@ class Coordinator:
             raise StateError(f"{state} is in use by another coordinator", cause=e) from e
         trace: Trace | None = None
         try:
-            trace = Trace(state / "trace.git", clock=clock)
+            trace = Trace(state / "trace.git", clock=clock, journal=journal)
             snapshot = trace.snapshot()
             if snapshot is None:
                 if repo is None:
@@ -354,4 +358,7 @@ class Coordinator:
 
     def _job(self, fn: Callable[[], T]) -> T:
         self.trace.renew_handle()  # between jobs, an io thread holds no git object
-        return fn()
+        try:
+            return fn()
+        finally:
+            self.trace.idle()

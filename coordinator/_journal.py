@@ -25,7 +25,8 @@ backend), then the packs and loose objects on disk. Refs not yet checkpointed
 are an overlay the Trace consults before the refs on disk. Another process that
 opens the trace replays the journal read-only, so it sees every acknowledged
 effect too; plain `git` sees the trace as of the last checkpoint (at most
-`CHECKPOINT_S` old while effects flow, exact once the coordinator closes).
+`JournalBounds.checkpoint_s` old while effects flow, exact once the
+coordinator closes).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import gc
 import hashlib
 import logging
 import os
@@ -43,6 +43,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -51,18 +52,33 @@ from pygit2.enums import ObjectType
 from ._errors import StateError
 from ._packfile import write_pack
 
-__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_OBJECTS", "CHECKPOINT_S", "Journal"]
+__all__ = ["Journal", "JournalBounds"]
 
 log = logging.getLogger("corral.journal")
 
-CHECKPOINT_S = 2.0
-"""Seconds between checkpoints while there is something to checkpoint."""
-CHECKPOINT_BYTES = 32 << 20
-"""Checkpoint early once this much object data waits in memory."""
-CHECKPOINT_OBJECTS = 16_384
-"""... or this many objects (what a checkpoint's and a replay's time follow)."""
-MAX_PACKS = 16
-"""Past this many packs, a checkpoint rolls the small ones up (git repack --geometric)."""
+
+@dataclass(frozen=True, slots=True)
+class JournalBounds:
+    """When the journal checkpoints and how much one generation may hold. Tests
+    and benchmarks pass tighter or looser bounds (through `Trace` and
+    `Coordinator.open`) rather than changing the module."""
+
+    checkpoint_s: float = 2.0
+    """Seconds between checkpoints while there is something to checkpoint."""
+    checkpoint_bytes: int = 32 << 20
+    """A generation is due (checkpointed early; writers wait past it while the
+    previous one is still being written) once this much object data waits..."""
+    checkpoint_objects: int = 16_384
+    """... or this many objects (what a checkpoint's and a replay's time follow)."""
+    max_packs: int = 16
+    """Past this many packs, a checkpoint rolls the small ones up (git repack
+    --geometric)."""
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_s <= 0 or self.checkpoint_bytes < 1 or self.checkpoint_objects < 1 \
+                or self.max_packs < 1:
+            raise ValueError(f"journal bounds must be positive: {self}")
+
 
 _HEADER = struct.Struct("<cII")  # kind, payload length, crc32 of payload
 _ZERO = bytes(20)
@@ -128,14 +144,16 @@ class Journal:
 
     What it holds is bounded whatever the load: a checkpoint seals the current
     generation (what arrived since the last one) and writes it while new effects
-    go to the next; when the next one fills up (CHECKPOINT_BYTES or
-    CHECKPOINT_OBJECTS) before the sealed one is written, writers that call
+    go to the next; when the next one fills up (`bounds`: bytes or objects)
+    before the sealed one is written, writers that call
     `room()` wait for it. So at most two generations are held: memory, the log
     on disk and the replay after a kill all follow the bound, not the load.
     """
 
-    def __init__(self, git_dir: Path, *, writable: bool) -> None:
+    def __init__(self, git_dir: Path, *, writable: bool,
+                 bounds: JournalBounds | None = None) -> None:
         self.git_dir = git_dir
+        self.bounds = bounds or JournalBounds()
         self.dir = git_dir / "corral-journal"
         self.writable = writable
         self.objects: dict[str, _Object] = {}
@@ -153,15 +171,16 @@ class Journal:
         """Bytes of object data held in memory (not yet in a pack)."""
         self.peak_bytes = 0
         """The most `held_bytes` has been since this journal opened."""
+        self.peak_objects = 0
+        """The most objects held at once (current and sealed generation)."""
         self.on_checkpoint: Callable[[float, int], None] | None = None
         """Called after each checkpoint with its seconds and object count."""
         self.on_wait: Callable[[float], None] | None = None
         """Called with the seconds a writer waited in `room()` (backpressure)."""
-        self.on_packs_replaced: Callable[[], None] | None = None
-        """Called after a roll-up deleted packs (open handles should be renewed)."""
-        self.collect_after_checkpoint = False
-        """Run the cycle collector once after the next checkpoint (set when
-        handles to deleted packs may still have been in use)."""
+        self.on_packed: Callable[[], None] | None = None
+        """Called after a checkpoint wrote a pack and after a roll-up replaced
+        packs: repository handles should be renewed (a new one sees the packs;
+        the old one gives back what it cached and the files it holds open)."""
         self._lock = threading.Lock()  # guards the dicts' updates and the log
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time
         self._fd: int | None = None
@@ -209,6 +228,9 @@ class Journal:
             self.held_bytes += len(data)
             if self.held_bytes > self.peak_bytes:
                 self.peak_bytes = self.held_bytes
+            held = len(self.objects) + len(self.sealed)
+            if held > self.peak_objects:
+                self.peak_objects = held
             if self._over():
                 self._wake.notify()
 
@@ -246,7 +268,9 @@ class Journal:
 
     def _over(self) -> bool:
         """The current generation is due for a checkpoint."""
-        return self._pending_bytes >= CHECKPOINT_BYTES or len(self.objects) >= CHECKPOINT_OBJECTS
+        b = self.bounds
+        return (self._pending_bytes >= b.checkpoint_bytes
+                or len(self.objects) >= b.checkpoint_objects)
 
     def full(self) -> bool:
         """The current generation is due and not sealed yet: writers wait for the
@@ -326,7 +350,7 @@ class Journal:
     # -- checkpoints ----------------------------------------------------------
 
     def start(self) -> None:
-        """Checkpoint in the background every CHECKPOINT_S (sooner when the
+        """Checkpoint in the background every `bounds.checkpoint_s` (sooner when the
         current generation is due) while there is something to checkpoint."""
         if self.writable and self._thread is None:
             self._thread = threading.Thread(
@@ -337,19 +361,21 @@ class Journal:
     def _run(self) -> None:
         while True:
             with self._lock:
-                self._wake.wait_for(lambda: self._closing or self._over(), timeout=CHECKPOINT_S)
+                self._wake.wait_for(lambda: self._closing or self._over(),
+                                    timeout=self.bounds.checkpoint_s)
                 if self._closing:
                     return
             try:
                 self.checkpoint(wait=False)
             except Exception:  # the journal still holds it all: retry, and again at close
-                log.exception("trace checkpoint failed; retrying in %.0f s", CHECKPOINT_S)
-                time.sleep(CHECKPOINT_S)
+                log.exception("trace checkpoint failed; retrying in %.0f s",
+                              self.bounds.checkpoint_s)
+                time.sleep(self.bounds.checkpoint_s)
 
     def checkpoint(self, *, wait: bool = True) -> bool:
         """Move everything kept so far into the repository: one pack, then the
         refs, then drop the journal generations that held them. Effects keep
-        flowing meanwhile (into the next generation). Past MAX_PACKS packs a
+        flowing meanwhile (into the next generation). Past `bounds.max_packs` packs a
         roll-up starts beside it; `wait` waits for that too. Returns False when
         there was nothing to do."""
         if not self.writable:
@@ -371,10 +397,9 @@ class Journal:
                 self._write_sealed(done)
                 if self.on_checkpoint is not None:
                     self.on_checkpoint(time.perf_counter() - start, done[1])
-            if self.collect_after_checkpoint:
-                self.collect_after_checkpoint = False
-                gc.collect()
             if done is not None and done[1]:  # a new pack
+                if self.on_packed is not None:
+                    self.on_packed()
                 self._roll_up_packs()
         if wait and self._rollup is not None:
             self._rollup.join()
@@ -441,7 +466,7 @@ class Journal:
         if self._rollup is not None and self._rollup.is_alive():
             return
         count = sum(1 for _ in self._packs())
-        if count <= MAX_PACKS:
+        if count <= self.bounds.max_packs:
             return
         # Beside the checkpoints, not in their way: a roll-up's cost is not
         # bounded by one generation, and the next checkpoint must not wait on it.
@@ -459,8 +484,8 @@ class Journal:
         )
         if proc.returncode != 0:  # harmless (more packs to search), but say so
             log.warning("rolling up %d packs failed: %s", count, proc.stderr.strip())
-        if self.on_packs_replaced is not None:
-            self.on_packs_replaced()
+        if self.on_packed is not None:
+            self.on_packed()
 
     def close(self) -> None:
         """Stop the background checkpoints and checkpoint what is left (raising
@@ -519,6 +544,7 @@ class Journal:
                     target = payload[:20]
                     self.refs[payload[20:].decode()] = None if target == _ZERO else target.hex()
         self.held_bytes = self.peak_bytes = self._pending_bytes
+        self.peak_objects = len(self.objects)
         return gens
 
 

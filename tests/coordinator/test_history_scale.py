@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, NotFound, RewindError, _journal
+from coordinator import Coordinator, JournalBounds, NotFound, RewindError, _journal
 from coordinator._trace import FORK_PREFIX, SCOPE_PREFIX, Trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: long histories
@@ -31,8 +31,6 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
     """With a checkpoint stuck writing, a writer fills the next generation and
     then waits (visible in the backpressure metric) instead of growing it; once
     the checkpoint is through, it carries on and nothing is lost."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    monkeypatch.setattr(_journal, "CHECKPOINT_OBJECTS", 40)
     release = threading.Event()
     writing = threading.Event()
     real = _journal.Journal._write_pack
@@ -43,7 +41,8 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
         real(self, objects)
 
     monkeypatch.setattr(_journal.Journal, "_write_pack", slow_disk)
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    bounds = JournalBounds(checkpoint_s=3600.0, checkpoint_objects=40)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=bounds) as coord:
         journal = coord.trace.journal
         a = await coord.root.fork("a")
         done: list[str] = []
@@ -78,12 +77,11 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
         assert await coord.scope("a").read("d/f199.txt") == b"199\n"
 
 
-async def test_memory_held_by_the_journal_is_dropped_at_each_checkpoint(tmp_path, sample_repo,
-                                                                        monkeypatch):
+async def test_memory_held_by_the_journal_is_dropped_at_each_checkpoint(tmp_path, sample_repo):
     """A checkpoint drops its whole generation: nothing held afterwards, and the
     objects read back from the pack."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    quiet = JournalBounds(checkpoint_s=3600.0)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=quiet) as coord:
         a = await coord.root.fork("a")
         for i in range(50):
             await a.write(f"f{i % 5}.txt", f"{i}\n".encode() * 100)
@@ -208,14 +206,13 @@ def _deleted_packs(git_dir: Path) -> list[str]:
     return out
 
 
-async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo, monkeypatch):
+async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo):
     """Handles that read from packs a roll-up then deleted are renewed at their
     thread's next unit of work (an effect, an io job): once every thread has
     had one and a checkpoint ran, no file descriptor to a deleted pack is open."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
-    monkeypatch.setattr(_journal, "MAX_PACKS", 3)
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    bounds = JournalBounds(checkpoint_s=3600.0, max_packs=3)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=bounds) as coord:
         a = await coord.root.fork("a")
         pool = coord._pool
 
@@ -373,3 +370,57 @@ async def test_archive_names_never_collide_with_another_scopes_rewound_refs(
         await coord.checkpoint()
         assert any(r.startswith("refs/corral/archive/x-4.rewound-")
                    for r in coord.trace.refs("refs/corral/archive/"))
+
+
+async def test_a_checkpoint_renews_the_handles_and_the_old_ones_are_freed_at_once(
+    tmp_path, sample_repo
+):
+    """What a repository handle caches grows with the history it read: after a
+    checkpoint that wrote a pack, the event loop's handle is renewed even if no
+    effect follows, an idle io thread's is dropped, and the old handles are
+    freed at once (no reference cycle waits for the collector); reads keep
+    working through the new ones, also of objects the journal has dropped."""
+    import gc
+    import weakref
+
+    quiet = JournalBounds(checkpoint_s=3600.0)
+    async with Coordinator.open(tmp_path / "s", sample_repo, journal=quiet) as coord:
+        a = await coord.root.fork("a")
+        for i in range(30):
+            await a.write(f"f{i % 4}.txt", f"{i}\n".encode())
+        trace = coord.trace
+        old_loop = weakref.ref(trace.repo)
+        old_io = weakref.ref(await coord.io(lambda: trace.repo))
+        gc.disable()  # only reference counts may free them
+        try:
+            # the background checkpointer's way: another thread; the loop's renewal
+            # is a callback, the idle io thread's handle is dropped from there
+            await asyncio.to_thread(trace.checkpoint)
+            await asyncio.sleep(0)
+            assert old_loop() is None, "the loop thread's handle was renewed and freed"
+            assert old_io() is None, "the idle io thread's handle was dropped and freed"
+            threads = len(coord._pool._threads)
+            gate = threading.Barrier(threads, timeout=10)
+
+            def read() -> bytes:  # one job on every io thread
+                gate.wait()
+                return trace.read(a.head, "f1.txt")
+
+            assert await asyncio.gather(*(coord.io(read) for _ in range(threads))) \
+                == [b"29\n"] * threads
+            assert trace.read(a.head, "f2.txt") == b"26\n"
+            # a checkpoint with nothing to pack keeps the handles
+            kept = weakref.ref(trace.repo)
+            await coord.checkpoint()
+            await asyncio.sleep(0)
+            assert kept() is trace.repo
+        finally:
+            gc.enable()
+
+
+async def test_journal_bounds_must_be_positive():
+    """A bound of zero would checkpoint forever or never: refused."""
+    for bad in ({"checkpoint_s": 0}, {"checkpoint_bytes": 0}, {"checkpoint_objects": 0},
+                {"max_packs": 0}):
+        with pytest.raises(ValueError):
+            JournalBounds(**bad)

@@ -8,17 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, Policy, _journal
+from coordinator import Coordinator, JournalBounds, Policy, _journal
 from coordinator._effects import Decision
 from coordinator._trace import Trace
 
 pytestmark = pytest.mark.asyncio
 
 
-@pytest.fixture(autouse=True)
-def no_background_checkpoints(monkeypatch):
-    """These tests look at the trace between checkpoints: only theirs may run."""
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 3600.0)
+QUIET = JournalBounds(checkpoint_s=3600.0)
+"""These tests look at the trace between checkpoints: only theirs may run."""
+
+
+def open_quiet(*args, journal: JournalBounds = QUIET, **kwargs):
+    return Coordinator.open(*args, journal=journal, **kwargs)
 
 
 def git(git_dir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -36,7 +38,7 @@ def journal_files(git_dir: Path) -> list[str]:
 
 async def test_effects_are_readable_before_a_checkpoint_and_in_git_after(tmp_path, sample_repo):
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    async with open_quiet(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         r = await a.write("new.txt", b"hello\n")
         assert coord.trace.journal.held_bytes >= len(b"hello\n")
@@ -63,7 +65,7 @@ async def test_effects_are_readable_before_a_checkpoint_and_in_git_after(tmp_pat
 @pytest.mark.slow
 async def test_a_torn_tail_is_dropped_and_the_rest_replayed(tmp_path, sample_repo):
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    async with open_quiet(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         acked = await a.write("kept.txt", b"kept\n")
         # What a kill leaves behind: the live generation, not checkpointed.
@@ -73,7 +75,7 @@ async def test_a_torn_tail_is_dropped_and_the_rest_replayed(tmp_path, sample_rep
     # Put the un-checkpointed journal back, as after a SIGKILL, with a torn record.
     git(git_dir, "update-ref", "refs/corral/scopes/a", a.fork_point)
     log.write_bytes(saved + _journal._record(b"R", b"\x01" * 20 + b"refs/x")[:-3])
-    async with Coordinator.open(tmp_path / "s") as coord:
+    async with open_quiet(tmp_path / "s") as coord:
         assert coord.scope("a").head == acked.commit
         assert coord.trace.ref("refs/x") is None
         assert coord.trace.journal.held_bytes == 0  # replayed, then checkpointed
@@ -88,11 +90,11 @@ class BlockAll(Policy):
 
 @pytest.mark.slow
 async def test_roll_up_keeps_packs_few_and_prunes_nothing(
-    tmp_path, sample_repo, monkeypatch, caplog
+    tmp_path, sample_repo, caplog
 ):
-    monkeypatch.setattr(_journal, "MAX_PACKS", 3)
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    bounds = JournalBounds(checkpoint_s=3600.0, max_packs=3)
+    async with open_quiet(tmp_path / "s", sample_repo, journal=bounds) as coord:
         a = await coord.root.fork("a")
         heads = []
         for i in range(8):
@@ -122,7 +124,7 @@ async def test_a_failed_checkpoint_keeps_everything_for_the_next_open(
     def broken(self, objects):
         raise _journal.StateError("checkpoint: disk full (simulated)")
 
-    coord_cm = Coordinator.open(tmp_path / "s", sample_repo)
+    coord_cm = open_quiet(tmp_path / "s", sample_repo)
     coord = await coord_cm.__aenter__()
     a = await coord.root.fork("a")
     acked = await a.write("kept.txt", b"kept\n")
@@ -130,7 +132,7 @@ async def test_a_failed_checkpoint_keeps_everything_for_the_next_open(
     with pytest.raises(_journal.StateError, match="disk full"):
         await coord_cm.__aexit__(None, None, None)
     monkeypatch.undo()
-    async with Coordinator.open(tmp_path / "s") as coord:
+    async with open_quiet(tmp_path / "s") as coord:
         assert coord.scope("a").head == acked.commit
         assert await coord.scope("a").read("kept.txt") == b"kept\n"
     assert git(tmp_path / "s" / "trace.git", "fsck", "--strict").returncode == 0
@@ -144,7 +146,7 @@ async def test_trace_cli_reads_the_journal_and_graph_says_what_git_cannot_see(
     from coordinator.cli import app
 
     state = tmp_path / "s"
-    async with Coordinator.open(state, sample_repo) as coord:
+    async with open_quiet(state, sample_repo) as coord:
         a = await coord.root.fork("alice")
         r = await a.write("new.txt", b"hello\n")
         runner = CliRunner()
@@ -160,7 +162,7 @@ async def test_a_ref_deleted_in_the_journal_is_gone_before_the_checkpoint(tmp_pa
     old ref is still on disk, and must not be resolved from there."""
     from coordinator import NotFound
 
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    async with open_quiet(tmp_path / "s", sample_repo) as coord:
         a = await coord.root.fork("a")
         await coord.checkpoint()  # the scope's ref is on disk now
         await a.discard()
@@ -180,7 +182,7 @@ async def test_a_checkpoint_packs_its_ref_moves_into_packed_refs(tmp_path, sampl
     ref leaves packed-refs too. While someone holds packed-refs.lock the refs
     go loose, one by one, as before."""
     git_dir = tmp_path / "s" / "trace.git"
-    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+    async with open_quiet(tmp_path / "s", sample_repo) as coord:
         scopes = [await coord.root.fork(f"s{i}") for i in range(20)]
         heads = {s.name: (await s.write("f.txt", s.name.encode())).commit for s in scopes}
         await coord.checkpoint()

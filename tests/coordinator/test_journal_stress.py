@@ -10,17 +10,16 @@ import subprocess
 
 import pytest
 
-from coordinator import ConflictGuard, Coordinator, _journal
+from coordinator import ConflictGuard, Coordinator, JournalBounds
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: checkpoints under load
 
 
-async def test_checkpoints_under_load_lose_nothing(tmp_path, sample_repo, monkeypatch):
-    monkeypatch.setattr(_journal, "CHECKPOINT_S", 0.05)
-    monkeypatch.setattr(_journal, "MAX_PACKS", 4)
+async def test_checkpoints_under_load_lose_nothing(tmp_path, sample_repo):
     expect: dict[tuple[str, str], bytes] = {}
-    async with Coordinator.open(tmp_path / "s", sample_repo,
-                                policies=[ConflictGuard()]) as coord:
+    bounds = JournalBounds(checkpoint_s=0.05, max_packs=4)
+    async with Coordinator.open(tmp_path / "s", sample_repo, policies=[ConflictGuard()],
+                                journal=bounds) as coord:
         scopes = [await coord.root.fork(f"s{i}") for i in range(4)]
         checkpoints: list[asyncio.Task[None]] = []
 
