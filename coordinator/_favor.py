@@ -33,12 +33,14 @@ from ._effects import MergeStrategy
 from ._errors import MergeError
 from ._scratch import merge_tree, tree_bytes
 
-__all__ = ["Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
+__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
 
 Side = tuple[str, int]
 """(blob id, mode) of one version of a path."""
 Driver = Literal["text", "union", "binary"]
 Variant = Literal["fail", "union", "ours", "theirs"]
+Clash = Literal["distinct types", "symlink", "submodule", "mode", "binary"]
+"""A conflict git finds before any line merge (the names are git's)."""
 
 _BINARY_PROBE = 8000
 """git treats a file as binary when its first 8000 bytes hold a NUL."""
@@ -69,10 +71,12 @@ def merge_driver(repo: pygit2.Repository, commit: str, tree: pygit2.Tree, path: 
 @dataclass(frozen=True, slots=True)
 class TextMerge:
     """A line merge still to do: the texts' ancestor (None: merged two-way,
-    as when the base held another type), the variant (git's favor), and the
-    merged mode (`mode_clean` False: the modes conflict whatever the text)."""
+    as when the base held another type), the three texts (read once), the
+    variant (git's favor), and the merged mode (`mode_clean` False: the modes
+    conflict whatever the text)."""
 
     ancestor: Side | None
+    texts: tuple[bytes | None, bytes, bytes]
     variant: Variant
     mode: int
     mode_clean: bool = True
@@ -81,7 +85,7 @@ class TextMerge:
 def settle(
     anc: Side | None, ours: Side, theirs: Side, strategy: MergeStrategy, driver: Driver,
     blob: Callable[[str], bytes],
-) -> Side | str | TextMerge:
+) -> Side | Clash | TextMerge:
     """What git makes of a path both sides changed (to different entries):
     the merged entry, a conflict kind, or the text merge to run."""
     o_mode, t_mode = ours[1], theirs[1]
@@ -102,18 +106,19 @@ def settle(
         return _pick(strategy, ours, theirs, "symlink")
     if strategy == "union":  # `* merge=union` in info/attributes outranks the tree's
         driver = "union"
-    texts = [blob(s[0]) for s in (ours, theirs)]
-    two_way = anc is None or a_mode >> 12 != o_mode >> 12
-    if not two_way:
-        texts.append(blob(anc[0]))  # type: ignore[index]
     variant: Variant = "union" if driver == "union" else strategy
-    if driver == "binary" or any(b"\0" in x[:_BINARY_PROBE] for x in texts):
+    if driver == "binary":
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+    two_way = anc is None or a_mode >> 12 != o_mode >> 12
+    base_text = blob(anc[0]) if anc is not None and not two_way else None
+    texts = (base_text, blob(ours[0]), blob(theirs[0]))
+    if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
         # git's binary merge: the favored side, else a conflict (union has no favor)
         return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
-    return TextMerge(None if two_way else anc, variant, mode, mode_clean)
+    return TextMerge(None if two_way else anc, texts, variant, mode, mode_clean)
 
 
-def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: str) -> Side | str:
+def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash) -> Side | Clash:
     """A side taken whole: git's favor, or a conflict (no favor, or union)."""
     return ours if variant == "ours" else theirs if variant == "theirs" else kind
 

@@ -26,7 +26,7 @@ from pygit2 import C, ffi
 from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
-from ._favor import Side, TextMerge, histogram_merge, merge_driver, settle
+from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
@@ -276,7 +276,7 @@ class _ThreeWay:
         driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, out)
         settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
         if isinstance(settled, str):
-            self.conflict(out, settled, anc, o, t, at)  # type: ignore[arg-type]
+            self.conflict(out, settled, anc, o, t, at)
         elif isinstance(settled, tuple):
             self.take(out, settled)
         elif settled.variant != "fail":
@@ -301,15 +301,14 @@ class _ThreeWay:
 
     def favored_texts(self) -> None:
         """The favored text merges, one git run per variant (almost always one)."""
-        for variant in ("union", "ours", "theirs"):
+        variants: tuple[Variant, ...] = ("union", "ours", "theirs")
+        for variant in variants:
             todo = [p for p in self.pending if p[1].variant == variant]
             if not todo:
                 continue
-            blob = self.trace.blob
-            texts = [(blob(how.ancestor[0]) if how.ancestor else None, blob(o[0]), blob(t[0]))
-                     for _, how, _, o, t, _ in todo]
+            texts = [how.texts for _, how, *_ in todo]
             for (out, how, anc, o, t, at), data in zip(
-                    todo, histogram_merge(texts, variant), strict=True):  # type: ignore[arg-type]
+                    todo, histogram_merge(texts, variant), strict=True):
                 if how.mode_clean:
                     self.take(out, (self.trace.write_blob(data), how.mode))
                 else:
