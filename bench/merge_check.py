@@ -78,7 +78,9 @@ class _Check:
                               check=True).stdout.split()
 
     def tasks(self) -> list[str]:
-        return sorted({p.split("/", 1)[0] for p in self._ls(f"dataset/{self.task_dir}")})
+        """The task directories (those with a setup.sh)."""
+        files = self._ls(f"dataset/{self.task_dir}")
+        return sorted({p.split("/", 1)[0] for p in files if p.endswith("/setup.sh")})
 
     async def task(self, task: str, tmp: Path) -> None:
         where = f"dataset/{self.task_dir}/{task}"
@@ -91,7 +93,7 @@ class _Check:
         repo = tmp / task
         _git(tmp, "init", "-q", str(repo), check=True)
         (repo / ".git/objects/info/alternates").write_text(self.upstream + "/objects\n")
-        base = _git(repo, "commit-tree", found[1].decode() + "^{tree}", "-m", "base",
+        base = _git(repo, "commit-tree", _complete_tree(repo, found[1].decode()), "-m", "base",
                     check=True).stdout.decode().strip()
         patches = {k: self._show(f"{where}/feature{k}/feature.patch") for k in features}
         want: dict[int, str | None] = {}
@@ -169,6 +171,30 @@ class _Check:
                 "differ": s["differ"][:20],
             }
         return out
+
+
+def _complete_tree(repo: Path, commit: str) -> str:
+    """The commit's tree, with any blob the (partial) upstream copy lacks
+    replaced by a small placeholder: a snapshot may leave out its largest
+    files (images, fonts), which no gold patch edits as text. Git and Corral
+    then start from the same base."""
+    listing = _git(repo, "ls-tree", "-r", "-z", commit, check=True).stdout.split(b"\0")
+    blobs = {line.split(b"\t", 1)[1]: line.split()[2] for line in listing
+             if line and line.split()[1] == b"blob"}
+    ids = b"\n".join(blobs.values()) + b"\n"
+    checked = _git(repo, "cat-file", "--batch-check", input=ids).stdout.splitlines()
+    missing = {oid.split()[0] for oid in checked if oid.endswith(b" missing")}
+    tree = f"{commit}^{{tree}}"
+    if not missing:
+        return tree
+    _git(repo, "read-tree", tree, check=True)
+    for path, oid in blobs.items():
+        if oid in missing:
+            stand_in = _git(repo, "hash-object", "-w", "--stdin", input=b"missing " + oid + b"\n",
+                            check=True).stdout.decode().strip()
+            _git(repo, "update-index", "--cacheinfo", f"100644,{stand_in},{path.decode()}",
+                 check=True)
+    return _git(repo, "write-tree", check=True).stdout.decode().strip()
 
 
 async def check(dataset: str, task_dir: str, upstream: str) -> dict[str, Any]:
