@@ -148,7 +148,7 @@ def _histogram_merge(
     texts = [x for f in files for x in f if x]
     marker = _MARKER_SIZE
     if strategy != "union" and any(m in x for x in texts for m in _MARKERS):
-        longest = max(len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x))
+        longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
         marker = max(marker, longest + 7)
     attributes = "* merge=union\n" if strategy == "union" else \
         f"* merge=text conflict-marker-size={marker}\n"

@@ -204,6 +204,10 @@ FIXTURE = [
      b"\n    def h(self):\n        return 3\n\n    def i(self):\n        return 4\n"),
     ("no newline at the end", b"a\nb", b"a\nb\nours", b"a\nb\ntheirs"),
     ("crlf lines", b"a\r\nb\r\n", b"a\r\nO\r\nb\r\n", b"a\r\nT\r\nb\r\n"),
+    # a marker-like run inside a line, not at its start (tiktoken's tests): the
+    # marker size search crashed on it under ours/theirs
+    ("marker run mid-line", b"x\n", b"x\nassert a == '=======' # A\n",
+     b"x\nassert a == '>>>>>>>' # B\n"),
 ]
 
 
