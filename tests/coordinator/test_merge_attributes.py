@@ -159,3 +159,21 @@ def test_merges_under_attributes_equal_git_merge(strategy, case):
     side) and files both sides changed (text edits, modes, symlinks, binary),
     Corral's verdict, tree and conflicting paths are git's."""
     assert_as_git(strategy, *case)
+
+
+async def test_scope_merge_follows_a_union_attribute_written_in_scope(tmp_path, sample_repo):
+    """End to end: a `.gitattributes` committed on the merging scope's side
+    makes `merge` (strategy fail) union a file both scopes changed; without
+    it the same edits conflict."""
+    from coordinator import Coordinator
+
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        await coord.root.write("notes.txt", b"x\n")
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("notes.txt", b"x\nA\n")
+        await b.write("notes.txt", b"x\nB\n")
+        assert not (await a.merge(b, dry_run=True)).clean
+        await a.write(".gitattributes", b"notes.txt merge=union\n")
+        merged = await a.merge(b)
+        assert merged.clean and merged.commit is not None
+        assert await a.read("notes.txt") == b"x\nA\nB\n"
