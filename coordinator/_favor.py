@@ -1,75 +1,140 @@
-"""Merges with a favor ("ours", "theirs", "union") exactly as git makes them.
+"""One file both sides of a merge changed, settled as `git merge` (ort) settles it.
 
-git's default merge (ort) diffs with histogram; libgit2, which Corral uses
-for strategy "fail", has only Myers, and the two place some hunks
-differently, so a favored merge taken from libgit2 differs from
-`git merge -X ours|theirs` or a `merge=union` attribute on real code. The
-files both sides changed are therefore merged by git itself: one running
-`git merge-tree --write-tree --stdin` (`_scratch.MergeTree`) merges three
-commits made of just those files.
+Types and modes first: a file on one side and a symlink or submodule on the
+other is a conflict under every strategy, as are two different submodule
+commits (Corral holds no submodule history to fast-forward through); two
+symlinks take the favored side ("ours"/"theirs") or conflict ("fail",
+"union"). Then the merge driver that ours' `.gitattributes` name for the path
+(git reads the attributes of the tree it has checked out: ours): `-merge`,
+`binary` and `merge=binary` never merge lines (a conflict, or the favored
+side under "ours"/"theirs"); `merge=union` unions whatever the strategy.
+Strategy "union" is git with `* merge=union` in `info/attributes`, which
+outranks every in-tree line. Files with a NUL in their first 8000 bytes are
+binary to every driver.
+
+Text merges with a favor or the union driver are git's own: git's default
+merge (ort) diffs with histogram; libgit2, which Corral uses for strategy
+"fail", has only Myers, and the two place some hunks differently. So those
+files go, all in one run, through one running `git merge-tree --write-tree
+--stdin` (`_scratch.MergeTree`) that merges three commits made of just them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from pygit2.enums import ObjectType
+import pygit2
+from pygit2.enums import AttrCheck, ObjectType
 
 from ._effects import MergeStrategy
 from ._errors import MergeError
 from ._scratch import merge_tree, tree_bytes
-from ._trace import Trace
 
-__all__ = ["Sides", "favored_merge"]
+__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
 
-_Side = tuple[str, int]
-Sides = tuple[str, _Side | None, _Side, _Side]
-"""(path, ancestor, ours, theirs): a file both sides changed; (blob id, mode) each."""
+Side = tuple[str, int]
+"""(blob id, mode) of one version of a path."""
+Driver = Literal["text", "union", "binary"]
+Variant = Literal["fail", "union", "ours", "theirs"]
+Clash = Literal["distinct types", "symlink", "submodule", "mode", "binary"]
+"""A conflict git finds before any line merge (the names are git's)."""
 
 _BINARY_PROBE = 8000
 """git treats a file as binary when its first 8000 bytes hold a NUL."""
+_LINK, _GITLINK = 0o120000, 0o160000
+_ATTRIBUTES = AttrCheck.INDEX_ONLY | AttrCheck.NO_SYSTEM | AttrCheck.INCLUDE_COMMIT
+"""Attributes from the commit's tree alone (Corral's trace has no work tree)."""
 
 
-def favored_merge(
-    trace: Trace, files: Sequence[Sides], strategy: MergeStrategy
-) -> list[_Side]:
-    """The merged (blob id, mode) of each file both sides changed, as
-    `git merge -X ours|theirs` or a `merge=union` attribute gives it.
+def merge_driver(repo: pygit2.Repository, commit: str, tree: pygit2.Tree, path: str) -> Driver:
+    """The merge driver the `.gitattributes` files of `commit` (with root tree
+    `tree`) give `path`. A driver name git does not build in is, without a
+    `merge.<name>.driver` in the config (Corral's copy has none), text."""
+    parts = path.split("/")
+    for i in range(len(parts)):  # most paths have no .gitattributes above them
+        try:
+            tree["/".join([*parts[:i], ".gitattributes"])]
+            break
+        except KeyError:
+            continue
+    else:
+        return "text"
+    value = repo.get_attr(path, "merge", _ATTRIBUTES, commit)
+    if value is False or value == "binary":
+        return "binary"
+    return "union" if value == "union" else "text"
 
-    Trivial cases and what git does not merge line by line (binary files,
-    symlinks) are settled here; the text files go through `_histogram_merge`.
-    Modes merge as in git's ort: theirs unless only ours changed it.
-    """
-    pick_ours = strategy in ("ours", "union")
-    out: list[_Side | None] = []
-    todo: list[tuple[int, tuple[bytes | None, bytes, bytes], int]] = []
-    for i, (_, anc, o, t) in enumerate(files):
-        mode = t[1] if o[1] == t[1] or o[1] == (anc[1] if anc else 0) else o[1]
-        if o[0] == t[0] or (anc is not None and t[0] == anc[0]):
-            out.append((o[0], mode))
-            continue
-        if anc is not None and o[0] == anc[0]:
-            out.append((t[0], mode))
-            continue
-        if o[1] == 0o120000 or t[1] == 0o120000 or o[1] >> 12 != t[1] >> 12:
-            out.append(o if pick_ours else t)
-            continue
-        texts = (trace.blob(anc[0]) if anc else None, trace.blob(o[0]), trace.blob(t[0]))
-        if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
-            out.append((o[0] if pick_ours else t[0], mode))
-            continue
-        out.append(None)
-        todo.append((i, texts, mode))
-    if todo:
-        merged = _histogram_merge([texts for _, texts, _ in todo], strategy)
-        for (i, _, mode), data in zip(todo, merged, strict=True):
-            out[i] = (trace.write_blob(data), mode)
-    return [x for x in out if x is not None]
+
+@dataclass(frozen=True, slots=True)
+class TextMerge:
+    """A line merge still to do: the texts' ancestor (None: merged two-way,
+    as when the base held another type), the three texts (read once), the
+    variant (git's favor), and the merged mode (`mode_clean` False: the modes
+    conflict whatever the text)."""
+
+    ancestor: Side | None
+    texts: tuple[bytes | None, bytes, bytes]
+    variant: Variant
+    mode: int
+    mode_clean: bool = True
+
+
+def settle(
+    anc: Side | None, ours: Side, theirs: Side, strategy: MergeStrategy, driver: Driver,
+    blob: Callable[[str], bytes],
+) -> Side | Clash | TextMerge:
+    """What git makes of a path both sides changed (to different entries):
+    the merged entry, a conflict kind, or the text merge to run."""
+    o_mode, t_mode = ours[1], theirs[1]
+    if o_mode >> 12 != t_mode >> 12:  # a file, a symlink, a submodule: git's "distinct types"
+        return "distinct types"
+    a_mode = anc[1] if anc is not None else 0
+    if o_mode == t_mode or o_mode == a_mode:
+        mode, mode_clean = t_mode, True
+    else:
+        mode, mode_clean = o_mode, t_mode == a_mode
+    same = anc is not None and ours[0] == anc[0]
+    if ours[0] == theirs[0] or (anc is not None and theirs[0] == anc[0]) or same:
+        picked = (theirs[0] if same else ours[0], mode)
+        return picked if mode_clean else "mode"
+    if o_mode == _GITLINK:
+        return "submodule"
+    if o_mode == _LINK:  # git's favor, whatever the attributes say
+        return _pick(strategy, ours, theirs, "symlink")
+    if strategy == "union":  # `* merge=union` in info/attributes outranks the tree's
+        driver = "union"
+    variant: Variant = "union" if driver == "union" else strategy
+    if driver == "binary":
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+    two_way = anc is None or a_mode >> 12 != o_mode >> 12
+    base_text = blob(anc[0]) if anc is not None and not two_way else None
+    texts = (base_text, blob(ours[0]), blob(theirs[0]))
+    if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
+        # git's binary merge: the favored side, else a conflict (union has no favor)
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+    return TextMerge(None if two_way else anc, texts, variant, mode, mode_clean)
+
+
+def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash) -> Side | Clash:
+    """A side taken whole: git's favor, or a conflict (no favor, or union)."""
+    return ours if variant == "ours" else theirs if variant == "theirs" else kind
+
+
+def histogram_merge(
+    files: Sequence[tuple[bytes | None, bytes, bytes]], variant: Variant
+) -> list[bytes]:
+    """Each (ancestor, ours, theirs) text merged as git's default merge does,
+    with `variant` "union", "ours" or "theirs" (never a conflict)."""
+    if not files:
+        return []
+    return _histogram_merge(files, variant)
 
 
 def _histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: MergeStrategy
+    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: Variant
 ) -> list[bytes]:
     """Merge each (ancestor, ours, theirs) text as git's default merge does.
 
@@ -83,7 +148,7 @@ def _histogram_merge(
     texts = [x for f in files for x in f if x]
     marker = _MARKER_SIZE
     if strategy != "union" and any(m in x for x in texts for m in _MARKERS):
-        longest = max(len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x))
+        longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
         marker = max(marker, longest + 7)
     attributes = "* merge=union\n" if strategy == "union" else \
         f"* merge=text conflict-marker-size={marker}\n"

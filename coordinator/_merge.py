@@ -10,7 +10,9 @@ parsed into hunks); its clean/conflict verdicts agree with git's. With a
 favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
 cannot give git's: it diffs with Myers where git's default merge (ort) uses
 histogram, which places some hunks differently. So those files go, all in one
-run, through git's own merge (`_favor.favored_merge`).
+run, through git's own merge (`_favor.histogram_merge`). Before any line
+merge, `_favor.settle` settles what git settles by type, mode and the
+merge driver ours' `.gitattributes` name.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from pygit2 import C, ffi
 from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
-from ._favor import Sides, favored_merge
+from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
 
 ConflictKind = Literal[
-    "content", "modify/delete", "add/add", "file/directory", "binary", "rename/rename"
+    "content", "modify/delete", "add/add", "file/directory", "binary", "rename/rename",
+    "distinct types", "symlink", "submodule", "mode",
 ]
+"""What kind of clash; the last four as git names them: a file against a
+symlink or submodule, two symlink targets, two submodule commits, two modes."""
 
 _FAVOR = {
     "fail": C.GIT_MERGE_FILE_FAVOR_NORMAL,
@@ -198,177 +203,217 @@ def three_way(
     """Merge `theirs_commit` into `ours_commit` over `base_commit`.
 
     Returns a MergeResult whose `tree` is None when a conflict remains (strategy
-    "fail" and no resolver). `only` restricts the content merge to some paths
-    (the conflict guard's per-write check). Nothing is written but blobs and trees.
+    "fail" and no resolver, or what git leaves conflicting under a favor:
+    symlinks under "union", a file against a symlink or submodule, binary files
+    under "union"). `only` restricts the content merge to some paths (the
+    conflict guard's per-write check). Nothing is written but blobs and trees.
     """
-    repo = trace.repo
-    base_tree = str(trace.commit(base_commit).tree_id)
-    ours_tree = str(trace.commit(ours_commit).tree_id)
-    theirs_tree = str(trace.commit(theirs_commit).tree_id)
-    d_ours = trace.diff_trees(base_tree, ours_tree)
-    d_theirs = trace.diff_trees(base_tree, theirs_tree)
-    if only is not None:
-        d_theirs = {p: v for p, v in d_theirs.items() if p in only}
-    base_t, ours_t = trace.tree(base_tree), trace.tree(ours_tree)
-    changes: dict[str, tuple[str, int] | None] = {}
-    conflicts: list[Conflict] = []
-    favored: list[Sides] = []
+    merge = _ThreeWay(trace, base_commit, ours_commit, theirs_commit, strategy, provenance, only)
+    merge.renames()
+    merge.paths()
+    merge.favored_texts()
+    if resolver is not None:
+        merge.resolve(resolver)
+    return merge.result()
 
-    def side(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
-        try:
-            e = tree[path]
-        except KeyError:
-            return None
-        return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
 
-    def conflict(path: str, kind: ConflictKind, o: object, t: object, hunks=()) -> Conflict:
-        anc = side(base_t, path)
-        return Conflict(
-            path=path,
-            kind=kind,
-            ancestor=anc[0] if anc else None,
-            ours=o[0] if isinstance(o, tuple) else None,
-            theirs=t[0] if isinstance(t, tuple) else None,
-            hunks=tuple(hunks),
-            ours_commit=trace.last_writer(ours_commit, base_commit, path) if provenance else None,
-            theirs_commit=(
-                trace.last_writer(theirs_commit, base_commit, path) if provenance else None
-            ),
-        )
+_Pending = tuple[str, TextMerge, Side | None, Side, Side, tuple[str, str]]
+"""A favored text merge left for the one git run: (path, merge, ancestor,
+ours, theirs, where each side wrote it)."""
 
-    def content(out: str, anc: tuple[str, int] | None, o: tuple[str, int],
-                t: tuple[str, int], paths: tuple[str, str, str]) -> Conflict | None:
-        """Three-way merge of file contents into `changes[out]`, or the conflict.
-        `paths` are where base, ours and theirs hold it (they differ across a rename)."""
-        if strategy != "fail":
-            favored.append((out, anc, o, t))  # all merged at the end, in one git run
-            return None
-        merged = merge_file(repo, out, anc, o, t, strategy)
-        if merged.automergeable:
-            changes[out] = (trace.write_blob(merged.contents), merged.mode or o[1])
-            mine = d_ours[out] if out in d_ours else side(ours_t, out)
-            if changes[out] == mine:
-                del changes[out]  # already so in our tree
-            return None
-        kind: ConflictKind = "content" if anc is not None else "add/add"
-        hunks = parse_hunks(merged.contents)
-        if not hunks and not merged.contents:
-            kind = "binary"
-        return Conflict(
-            path=out, kind=kind, ancestor=anc[0] if anc else None, ours=o[0], theirs=t[0],
-            hunks=hunks,
-            ours_commit=trace.last_writer(ours_commit, base_commit, paths[1])
-            if provenance else None,
-            theirs_commit=trace.last_writer(theirs_commit, base_commit, paths[2])
-            if provenance else None,
-        )
 
-    def renamed_deleted(new: str, old: str, o: tuple[str, int] | None,
-                        t: tuple[str, int] | None) -> Conflict:
-        anc = side(base_t, old)
-        return Conflict(
-            path=new, kind="modify/delete", ancestor=anc[0] if anc else None,
-            ours=o[0] if o else None, theirs=t[0] if t else None,
-            ours_commit=trace.last_writer(ours_commit, base_commit, new if o else old)
-            if provenance else None,
-            theirs_commit=trace.last_writer(theirs_commit, base_commit, new if t else old)
-            if provenance else None,
-        )
+class _ThreeWay:
+    """One three-way merge: the trees, the two diffs against the base, and what
+    the merge found so far (`changes` to our tree, `conflicts`)."""
 
-    # A file one side renamed and the other edited in place: the edit follows
-    # the file to its new name, as in git (whose rename detection this uses).
-    # A file one side renamed and the other deleted is a conflict at the new name;
-    # renamed to two different names, a conflict at all three.
-    done: set[str] = set()
-    ours_moves = _renames(trace, base_tree, ours_tree, d_ours, d_theirs)
-    theirs_moves = _renames(trace, base_tree, theirs_tree, d_theirs, d_ours)
-    for old in ours_moves.keys() & theirs_moves.keys():
-        new_o, new_t = ours_moves.pop(old), theirs_moves.pop(old)
-        o, t = d_ours[new_o], d_theirs[new_t]
-        done.update((old, new_t))
-        if strategy == "fail":
-            anc = side(base_t, old)
-            for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
-                conflicts.append(Conflict(
-                    path=path, kind="rename/rename", ancestor=anc[0] if anc else None,
-                    ours=oo[0] if oo else None, theirs=tt[0] if tt else None,
-                    ours_commit=trace.last_writer(ours_commit, base_commit, new_o)
-                    if provenance else None,
-                    theirs_commit=trace.last_writer(theirs_commit, base_commit, new_t)
-                    if provenance else None,
-                ))
-        elif strategy == "theirs":
-            changes[new_o], changes[new_t] = None, t
-        elif strategy == "union":
-            changes[new_t] = t
-    for old, new in ours_moves.items():
-        o, t = d_ours[new], d_theirs[old]
-        assert o is not None
-        done.add(old)  # stays deleted: ours moved it
-        if t is None:
-            if strategy == "fail":
-                conflicts.append(renamed_deleted(new, old, o, None))
-            elif strategy == "theirs":
-                changes[new] = None
-        elif (c := content(new, side(base_t, old), o, t, (old, new, old))) is not None:
-            conflicts.append(c)
-    for old, new in theirs_moves.items():
-        o, t = d_ours[old], d_theirs[new]
-        assert t is not None
-        done.update((old, new))
-        if o is None:
-            if strategy == "fail":
-                conflicts.append(renamed_deleted(new, old, None, t))
-            elif strategy in ("theirs", "union"):
-                changes[new] = t
-        elif (c := content(new, side(base_t, old), o, t, (old, old, new))) is not None:
-            conflicts.append(c)
+    def __init__(self, trace: Trace, base_commit: str, ours_commit: str, theirs_commit: str,
+                 strategy: MergeStrategy, provenance: bool, only: frozenset[str] | None) -> None:
+        self.trace, self.strategy, self.provenance = trace, strategy, provenance
+        self.base_commit, self.ours_commit, self.theirs_commit = (
+            base_commit, ours_commit, theirs_commit)
+        self.base_tree = str(trace.commit(base_commit).tree_id)
+        self.ours_tree = str(trace.commit(ours_commit).tree_id)
+        self.theirs_tree = str(trace.commit(theirs_commit).tree_id)
+        self.d_ours = trace.diff_trees(self.base_tree, self.ours_tree)
+        self.d_theirs = trace.diff_trees(self.base_tree, self.theirs_tree)
+        if only is not None:
+            self.d_theirs = {p: v for p, v in self.d_theirs.items() if p in only}
+        self.base_t, self.ours_t = trace.tree(self.base_tree), trace.tree(self.ours_tree)
+        self.changes: dict[str, Side | None] = {}
+        self.conflicts: list[Conflict] = []
+        self.pending: list[_Pending] = []
+        self.done: set[str] = set()
+
+    def conflict(self, path: str, kind: ConflictKind, anc: Side | None, o: Side | None,
+                 t: Side | None, at: tuple[str, str] | None = None,
+                 hunks: tuple[Hunk, ...] = ()) -> None:
+        """Record a conflict at `path`; `at` is where our and their side last
+        wrote it (default `path`: they differ across a rename)."""
+        ours_at, theirs_at = at or (path, path)
+        writer = self.trace.last_writer
+        self.conflicts.append(Conflict(
+            path=path, kind=kind, ancestor=anc[0] if anc else None,
+            ours=o[0] if o else None, theirs=t[0] if t else None, hunks=hunks,
+            ours_commit=writer(self.ours_commit, self.base_commit, ours_at)
+            if self.provenance else None,
+            theirs_commit=writer(self.theirs_commit, self.base_commit, theirs_at)
+            if self.provenance else None,
+        ))
+
+    def take(self, path: str, merged: Side | None) -> None:
+        """`merged` at `path`, unless our tree already holds it."""
+        mine = self.d_ours[path] if path in self.d_ours else _side(self.ours_t, path)
+        if merged != mine:
+            self.changes[path] = merged
         else:
-            changes[old] = None
+            self.changes.pop(path, None)
 
-    for path, t in sorted(d_theirs.items()):
-        if path in done:
-            continue
-        if path not in d_ours:
-            if t is not None and _blocked_by_file_or_dir(ours_t, path):
-                conflicts.append(conflict(path, "file/directory", side(ours_t, path), t))
+    def content(self, out: str, anc: Side | None, o: Side, t: Side,
+                at: tuple[str, str]) -> None:
+        """A file both sides changed, to `out`: settled as git settles it (see
+        `_favor.settle`), merged line by line in process for "fail", or left
+        for the favored merges' one git run."""
+        driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, out)
+        settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
+        if isinstance(settled, str):
+            self.conflict(out, settled, anc, o, t, at)
+        elif isinstance(settled, tuple):
+            self.take(out, settled)
+        elif settled.variant != "fail":
+            self.pending.append((out, settled, anc, o, t, at))
+        else:
+            self.line_merge(out, settled, anc, o, t, at)
+
+    def line_merge(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
+                   at: tuple[str, str]) -> None:
+        """libgit2's merge of a text file (strategy "fail"): the merged text,
+        or the conflict with its hunks."""
+        merged = merge_file(self.trace.repo, out, how.ancestor, o, t, "fail")
+        if not merged.automergeable:
+            hunks = parse_hunks(merged.contents)
+            kind: ConflictKind = "content" if anc is not None else "add/add"
+            self.conflict(out, "binary" if not hunks and not merged.contents else kind,
+                          anc, o, t, at, hunks)
+        elif not how.mode_clean:
+            self.conflict(out, "mode", anc, o, t, at)
+        else:
+            self.take(out, (self.trace.write_blob(merged.contents), how.mode))
+
+    def favored_texts(self) -> None:
+        """The favored text merges, one git run per variant (almost always one)."""
+        variants: tuple[Variant, ...] = ("union", "ours", "theirs")
+        for variant in variants:
+            todo = [p for p in self.pending if p[1].variant == variant]
+            if not todo:
                 continue
-            changes[path] = t
-            continue
-        o = d_ours[path]
-        if o == t:
-            continue
-        if o is None or t is None:
-            pick = {"ours": o, "theirs": t, "union": o if o is not None else t}.get(strategy)
-            if strategy == "fail":
-                conflicts.append(conflict(path, "modify/delete", o, t))
-            elif pick != o:
-                changes[path] = pick
-            continue
-        if (c := content(path, side(base_t, path), o, t, (path, path, path))) is not None:
-            conflicts.append(c)
+            texts = [how.texts for _, how, *_ in todo]
+            for (out, how, anc, o, t, at), data in zip(
+                    todo, histogram_merge(texts, variant), strict=True):
+                if how.mode_clean:
+                    self.take(out, (self.trace.write_blob(data), how.mode))
+                else:
+                    self.conflict(out, "mode", anc, o, t, at)
 
-    for (out, *_), merged in zip(favored, favored_merge(trace, favored, strategy), strict=True):
-        mine = d_ours[out] if out in d_ours else side(ours_t, out)
-        if merged != mine:  # else already so in our tree
-            changes[out] = merged
+    def renames(self) -> None:
+        """A file one side renamed and the other edited in place: the edit
+        follows the file to its new name, as in git (whose rename detection
+        this uses). Renamed on one side and deleted on the other: a conflict
+        at the new name; renamed to two different names: a conflict at all
+        three (or, with a favor, the favored names)."""
+        d_ours, d_theirs = self.d_ours, self.d_theirs
+        ours_moves = _renames(self.trace, self.base_tree, self.ours_tree, d_ours, d_theirs)
+        theirs_moves = _renames(self.trace, self.base_tree, self.theirs_tree, d_theirs, d_ours)
+        for old in ours_moves.keys() & theirs_moves.keys():
+            self.renamed_twice(old, ours_moves.pop(old), theirs_moves.pop(old))
+        for old, new in ours_moves.items():
+            o, t = d_ours[new], d_theirs[old]
+            assert o is not None
+            self.done.add(old)  # stays deleted: ours moved it
+            if t is not None:
+                self.content(new, _side(self.base_t, old), o, t, (new, old))
+            elif self.strategy == "fail":
+                self.conflict(new, "modify/delete", _side(self.base_t, old), o, None, (new, old))
+            elif self.strategy == "theirs":
+                self.changes[new] = None
+        for old, new in theirs_moves.items():
+            o, t = d_ours[old], d_theirs[new]
+            assert t is not None
+            self.done.update((old, new))
+            if o is not None:
+                self.content(new, _side(self.base_t, old), o, t, (old, new))
+                self.changes[old] = None
+            elif self.strategy == "fail":
+                self.conflict(new, "modify/delete", _side(self.base_t, old), None, t, (old, new))
+            elif self.strategy in ("theirs", "union"):
+                self.changes[new] = t
 
-    if conflicts and resolver is not None:
+    def renamed_twice(self, old: str, new_o: str, new_t: str) -> None:
+        o, t = self.d_ours[new_o], self.d_theirs[new_t]
+        self.done.update((old, new_t))
+        if self.strategy == "fail":
+            anc = _side(self.base_t, old)
+            for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
+                self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
+        elif self.strategy == "theirs":
+            self.changes[new_o], self.changes[new_t] = None, t
+        elif self.strategy == "union":
+            self.changes[new_t] = t
+
+    def paths(self) -> None:
+        """Every other path their side changed."""
+        for path, t in sorted(self.d_theirs.items()):
+            if path in self.done:
+                continue
+            if path not in self.d_ours:
+                if t is not None and _blocked_by_file_or_dir(self.ours_t, path):
+                    self.conflict(path, "file/directory", _side(self.base_t, path),
+                                  _side(self.ours_t, path), t)
+                else:
+                    self.changes[path] = t
+                continue
+            o = self.d_ours[path]
+            if o == t:
+                continue
+            if o is not None and t is not None:
+                self.content(path, _side(self.base_t, path), o, t, (path, path))
+            elif self.strategy == "fail":
+                self.conflict(path, "modify/delete", _side(self.base_t, path), o, t)
+            else:
+                pick = {"ours": o, "theirs": t, "union": o if o is not None else t}[self.strategy]
+                if pick != o:
+                    self.changes[path] = pick
+
+    def resolve(self, resolver: Resolver) -> None:
+        """Each conflict through `resolver`; those it cannot settle remain."""
         unresolved = []
-        for c in conflicts:
-            contents = [trace.blob(b) if b else None for b in (c.ancestor, c.ours, c.theirs)]
+        for c in self.conflicts:
+            blob = self.trace.blob
+            contents = [blob(b) if b else None for b in (c.ancestor, c.ours, c.theirs)]
             resolved = resolver(c, *contents)
             if resolved is None and c.ours is None and c.theirs is None:
                 unresolved.append(c)
                 continue
-            mode = (side(ours_t, c.path) or (None, 0o100644))[1]
-            changes[c.path] = (trace.write_blob(resolved), mode) if resolved is not None else None
-        conflicts = unresolved
+            mode = (_side(self.ours_t, c.path) or (None, 0o100644))[1]
+            self.changes[c.path] = (
+                (self.trace.write_blob(resolved), mode) if resolved is not None else None)
+        self.conflicts = unresolved
 
-    if conflicts:
-        return MergeResult(base=base_commit, tree=None, conflicts=tuple(conflicts), changes=changes)
-    tree = trace.build_tree(ours_tree, changes) if changes else ours_tree
-    return MergeResult(base=base_commit, tree=tree, changes=changes)
+    def result(self) -> MergeResult:
+        if self.conflicts:
+            return MergeResult(base=self.base_commit, tree=None,
+                               conflicts=tuple(self.conflicts), changes=self.changes)
+        tree = (self.trace.build_tree(self.ours_tree, self.changes)
+                if self.changes else self.ours_tree)
+        return MergeResult(base=self.base_commit, tree=tree, changes=self.changes)
+
+
+def _side(tree: pygit2.Tree, path: str) -> Side | None:
+    """(blob id, mode) of the file at `path`; None for none (or a directory)."""
+    try:
+        e = tree[path]
+    except KeyError:
+        return None
+    return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
 
 
 def _renames(
@@ -390,19 +435,11 @@ def _renames(
     if not candidates or not any(v is not None and p not in d_other for p, v in d_side.items()):
         return {}
     base = trace.tree(base_tree)
-
-    def file_at(path: str) -> tuple[str, int] | None:
-        try:
-            e = base[path]
-        except KeyError:
-            return None
-        return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
-
     gone: dict[str, tuple[str, int] | None] = {}
     for p, v in d_side.items():
-        if v is None and (was := file_at(p)) is not None:
+        if v is None and (was := _side(base, p)) is not None:
             gone[p] = was
-    added = {p: v for p, v in d_side.items() if v is not None and file_at(p) is None}
+    added = {p: v for p, v in d_side.items() if v is not None and _side(base, p) is None}
     old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
     diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
