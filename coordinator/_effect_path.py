@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
     from ._trace import TreeChanges
 
-__all__ = ["Act", "ActInput", "EffectPath", "InThread", "Refused", "Result"]
+__all__ = ["Act", "ActInput", "Done", "EffectPath", "InThread", "Refused", "Result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,8 @@ class ActInput:
 
     pending: Effect
     intent: Intent
+    head: str
+    """The scope's head the action works on (the lock is held until it is recorded)."""
     _path: EffectPath
 
     async def review(self, changed: Intent) -> Decision:
@@ -177,7 +179,7 @@ class EffectPath:
                 )
             todo = decision.rewritten if decision.verdict == "rewrite" else intent
             assert todo is not None
-            given = ActInput(pending, todo, self)
+            given = ActInput(pending, todo, self.head, self)
             try:
                 if isinstance(act, InThread):
                     return await self._act_and_record(pending, decision, given, act, parents,

@@ -15,18 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxes import Change, TreeTooDeep, Workspace, apply_changes, check_hidden, default_env
+from sandboxes import Workspace, default_env
 
+from . import _file_effects as file_effects
 from . import _history as history
-from ._effect_path import Act, ActInput, EffectPath, InThread, Refused, Result
+from ._commands import exec_intent, run_command
+from ._effect_path import Act, ActInput, EffectPath, InThread, Result
 from ._effects import (
     Decision,
     Effect,
-    Exec,
-    ExecOutcome,
-    FileChange,
     FsDelete,
-    FsOutcome,
     FsPatch,
     FsWrite,
     Intent,
@@ -39,19 +37,16 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
-    ExecError,
     MergeError,
-    PatchError,
     PathError,
     RewindError,
     SandboxFailure,
     ScopeDiscarded,
 )
 from ._events import Event
-from ._ignore import split_ignored, store_ignored
 from ._live import LiveWrites, attach_live
 from ._merge import MergeResult, Resolver
-from ._patch import apply_patch, for_one_file, trace_blobs, workspace_files
+from ._patch import for_one_file, workspace_files
 from ._paths import check_path, check_scope_name, resolve_in
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 from ._view import ScopeInfo
@@ -306,20 +301,8 @@ class Scope:
         return await self.runtime.io(self._patch_intent, raw, path is not None, three_way)
 
     def _patch_intent(self, raw: bytes, one_file: bool, three_way: bool) -> FsPatch:
-        trace = self.runtime.trace
-        files = apply_patch(raw, workspace_files(self.workspace.backing), three_way=three_way,
-                            unidiff_zero=one_file, blob=trace_blobs(trace))
-        if not files:
-            raise PatchError("the patch changes nothing")
-        changes = tuple(
-            FileChange(path=self.writable(f.path),
-                       blob=trace.write_blob(f.data) if f.data is not None else None,
-                       mode=f.mode)
-            for f in files
-        )
-        first = changes[0]
-        return FsPatch(path=first.path, diff=trace.write_blob(raw), blob=first.blob,
-                       mode=first.mode, changes=changes, three_way=three_way)
+        return file_effects.patch_intent(self.runtime.trace, self.workspace.backing,
+                                         self.writable, raw, one_file, three_way)
 
     def delete_intent(self, path: str) -> FsDelete:
         """The intent of deleting `path`. Raises PathError for a bad path."""
@@ -344,40 +327,8 @@ class Scope:
         return path
 
     def _files_act(self, given: ActInput) -> tuple[Outcome, TreeChanges]:
-        intent = given.intent
-        match intent:
-            case FsPatch() if intent.changes:
-                # a rewrite may have replaced `path`'s content; deletions go first
-                # (a file may give way to a directory of the same name)
-                changes = sorted(
-                    (FileChange(path=c.path, blob=intent.blob, mode=intent.mode)
-                     if c.path == intent.path else c for c in intent.changes),
-                    key=lambda c: c.blob is not None,
-                )
-            case FsWrite() | FsPatch():
-                changes = [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
-            case FsDelete():
-                changes = [FileChange(path=intent.path, blob=None)]
-            case _:
-                raise CorralError(f"not a file intent: {intent.kind}")
-        return self._materialize(changes)
-
-    def _materialize(self, changes: Sequence[FileChange]) -> tuple[FsOutcome, TreeChanges]:
-        """Write `changes` into the workspace; the tracked ones become tree changes."""
-        trace = self.runtime.trace
-        for c in changes:  # re-check: a symlink could have appeared since the proposal
-            resolve_in(self.workspace.backing, c.path, follow_last=False)
-        try:
-            apply_changes(
-                self.workspace.backing,
-                [Change(c.path, trace.blob(c.blob) if c.blob else None, c.mode) for c in changes],
-            )
-        except OSError as e:
-            raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
-        tracked, ignored = split_ignored(trace, self.head, changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
-                            ignored_files=store_ignored(trace, ignored))
-        return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
+        return file_effects.materialize(self.runtime.trace, self.workspace.backing, given.head,
+                                        file_effects.changes_of(given.intent))
 
     # -- commands -----------------------------------------------------------------
 
@@ -402,84 +353,9 @@ class Scope:
 
         Returns the Result; its outcome is an ExecOutcome (exit code, output blobs).
         """
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise ExecError("argv must be a non-empty list of strings")
-        limit = self.runtime.exec_limits.timeout_max
-        if not 0 < timeout <= limit:
-            raise ExecError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
-                            f"timeout_max), not {timeout}")
-        if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
-            raise ExecError("env names must be non-empty, without '=' or NUL")
-        try:
-            check_hidden(self.runtime.state, self.runtime.toolchain)
-        except ValueError as e:
-            raise ExecError(str(e)) from e
-        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
-                      env=dict(env) if env is not None else None)
-        return await self.effect_path.perform(intent, self._act_exec, cause=cause)
-
-    async def _act_exec(self, given: ActInput) -> tuple[Outcome, TreeChanges] | Refused:
-        intent = given.intent
-        assert isinstance(intent, Exec)
-        rt = self.runtime
-        trace = rt.trace
-        try:
-            # the env of the intent as decided: a policy may have rewritten it
-            run = await rt.io(
-                self.workspace.run,
-                list(intent.argv),
-                timeout=intent.timeout,
-                env=intent.env,
-                network=intent.network,
-                limits=rt.exec_limits,
-                toolchain=rt.toolchain,
-            )
-        except TreeTooDeep as e:
-            # the command ran, but what it made cannot be recorded (nor even scanned)
-            raise PathError(f"the command made a directory tree too deep to record, so "
-                            f"none of its changes are applied: {e}", cause=e) from e
-        except Exception as e:
-            raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
-
-        def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
-            for c in run.changes:  # what git cannot record is not applied either
-                try:
-                    check_path(c.path)
-                except PathError as e:
-                    raise PathError(f"the command wrote a path that cannot be recorded, so "
-                                    f"none of its changes are applied: {e}", cause=e) from e
-            files = [
-                FileChange(
-                    path=c.path,
-                    blob=trace.write_blob(c.data) if c.data is not None else None,
-                    mode=c.mode,
-                )
-                for c in run.changes
-            ]
-            tracked, ignored = split_ignored(trace, self.head, files)
-            outcome = ExecOutcome(
-                returncode=run.returncode,
-                stdout=trace.write_blob(run.stdout),
-                stderr=trace.write_blob(run.stderr),
-                timed_out=run.timed_out,
-                duration_s=round(run.duration_s, 6),
-                changes=tuple(tracked),
-                ignored=tuple(c.path for c in ignored),
-                truncated=run.truncated,
-                ignored_files=store_ignored(trace, ignored),
-            )
-            return outcome, tracked, files
-
-        outcome, tracked, files = await rt.io(store)
-        if files:
-            # The second review: the command's file changes, before they land.
-            reviewed = intent.model_copy(update={"changes": tuple(files)})
-            decision = await given.review(reviewed)
-            outcome = outcome.model_copy(update={"review": decision})
-            if not decision.allowed:
-                return Refused(decision, outcome, reviewed)
-            await rt.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
-        return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
+        intent = exec_intent(self.runtime, argv, timeout, network, env)
+        return await self.effect_path.perform(
+            intent, lambda given: run_command(self.runtime, self.workspace, given), cause=cause)
 
     # -- messages -----------------------------------------------------------------
 
