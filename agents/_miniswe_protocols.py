@@ -22,7 +22,7 @@ from ._access import RUN_ENV, ScopeAccess, blocked_text
 from ._model_effects import ModelCaller
 from .providers import (
     AssistantMessage,
-    Message,
+    ChatMessage,
     ModelRequest,
     ToolResult,
     ToolSpec,
@@ -128,7 +128,7 @@ class ScopeModel:
     def request(self, messages: list[dict[str, Any]]) -> ModelRequest:
         """The provider-neutral request for mini-swe-agent's messages."""
         system = ""
-        out: list[Message] = []
+        out: list[ChatMessage] = []
         for m in messages:
             role = m.get("role")
             text = _text(m.get("content"))

@@ -15,14 +15,12 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from coordinator import (
+    ActInput,
     Coordinator,
-    CorralError,
     Effect,
-    Intent,
     ModelCall,
     ModelOutcome,
     Scope,
-    Usage,
 )
 
 from .providers import ModelError, ModelRequest, ModelResponse, OnRetry, Provider
@@ -52,10 +50,6 @@ class ModelBlocked(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-class _AttemptFailed(CorralError):
-    """Carries a provider's ModelError through `Scope.perform`, which records it as failed."""
 
 
 @runtime_checkable
@@ -108,7 +102,7 @@ class _Attempts:
         got: list[ModelResponse] = []
         replayed = False
 
-        async def act(_: Intent) -> tuple[ModelOutcome, dict[str, Any]]:
+        async def act(_: ActInput) -> tuple[ModelOutcome, dict[str, Any]]:
             nonlocal replayed
             source = caller.provider
             if isinstance(source, RecordedSource):
@@ -118,25 +112,13 @@ class _Attempts:
                     got.append(ModelResponse.model_validate_json(data))
                     replayed = True
                     return recorded.model_copy(update={"replayed": True}), {}
-            try:
-                response = await source.complete(request)
-            except ModelError as error:
-                raise _AttemptFailed(str(error), cause=error) from error
+            # A ModelError leaves `perform` as it is, recorded as a failed attempt.
+            response = await source.complete(request)
             blob = await caller.coord.io(trace.write_blob, canonical(response))
             got.append(response)
-            u = response.usage
-            usage = Usage(
-                prompt_tokens=u.prompt_tokens,
-                cached_prompt_tokens=u.cached_prompt_tokens,
-                completion_tokens=u.completion_tokens,
-            )
-            return ModelOutcome(response=blob, usage=usage), {}
+            return ModelOutcome(response=blob, usage=response.usage), {}
 
-        try:
-            result = await self._scope.perform(intent, act, cause=self._cause)
-        except _AttemptFailed as failed:
-            assert isinstance(failed.cause, ModelError)
-            raise failed.cause from None
+        result = await self._scope.perform(intent, act, cause=self._cause)
         if result.blocked:
             raise ModelBlocked(result.reason)
         self.result = ModelResult(got[0], result.effect, replayed)

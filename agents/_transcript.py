@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from coordinator import Effect, ModelCall, ModelOutcome, ToolCall, ToolOutcome, Trace
 
 from .providers import (
-    Message,
+    ChatMessage,
     ModelRequest,
     ModelResponse,
     ToolResult,
@@ -27,7 +27,7 @@ __all__ = ["Transcript", "model_calls", "step_commit", "transcript_at"]
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
-    messages: tuple[Message, ...]
+    messages: tuple[ChatMessage, ...]
     """The conversation so far (empty when the line holds no model call)."""
     pending: tuple[ToolUse, ...]
     """Tool calls of the last model turn that have no recorded result yet."""
@@ -88,7 +88,7 @@ def transcript_at(trace: Trace, head: str) -> Transcript:
             )
         if eff.intent.tool == "finish":
             finished = str(eff.intent.arguments.get("summary", ""))
-    messages: list[Message] = [*request.messages, response.as_message()]
+    messages: list[ChatMessage] = [*request.messages, response.as_message()]
     pending: list[ToolUse] = []
     for use in response.tool_calls:
         if use.id in results and not pending:

@@ -29,7 +29,6 @@ from coordinator import (
     Coordinator,
     CorralError,
     ExecOutcome,
-    Intent,
     Result,
     Scope,
     ScopeDiscarded,
@@ -40,7 +39,7 @@ from coordinator import (
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import Transcript, transcript_at
 from .providers import (
-    Message,
+    ChatMessage,
     ModelError,
     ModelRequest,
     ToolResult,
@@ -136,7 +135,7 @@ class _Limits:
 
 @dataclass
 class _State:
-    messages: list[Message] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
     pending: list[ToolUse] = field(default_factory=list)
     steps: int = 0
     tokens: int = 0
@@ -293,7 +292,7 @@ class CodingAgent:
 
     async def _rebuild(self) -> None:
         t: Transcript = await self.coord.io(transcript_at, self.coord.trace, self.scope.head)
-        messages: list[Message] = list(t.messages) or [UserMessage(text=self.task)]
+        messages: list[ChatMessage] = list(t.messages) or [UserMessage(text=self.task)]
         self._state = _State(
             messages=messages, pending=list(t.pending), steps=t.steps, tokens=t.tokens,
             last_call=t.last_call, finished=t.finished, ended=t.ended and not t.pending,
@@ -394,12 +393,8 @@ class CodingAgent:
             args[key] = value
         blob = await self.coord.io(trace.write_blob, content.encode())
 
-        async def act(_: Intent) -> tuple[ToolOutcome, dict[str, Any]]:
-            return ToolOutcome(result=blob, is_error=is_error), {}
-
-        await self.scope.perform(
-            ToolCall(tool=use.name, arguments=args, call_id=use.id), act, cause=cause
-        )
+        await self.scope.record(ToolCall(tool=use.name, arguments=args, call_id=use.id),
+                                ToolOutcome(result=blob, is_error=is_error), cause=cause)
 
     # -- the result ---------------------------------------------------------------
 

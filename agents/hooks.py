@@ -135,7 +135,7 @@ async def _pre_tool(client: CorralClient, scope: str, root: Path, tool: str,
     try:
         r = await client.review(scope, patch={"path": rel, "diff": _diff(rel, current, new)})
     except (CorralError, FileNotFoundError) as e:
-        if isinstance(e, CorralError) and e.status not in (400, 404):
+        if isinstance(e, CorralError) and getattr(e, "status", None) not in (400, 404):
             raise
         # The scope's copy differs from the checkout's: review the whole new content.
         r = await client.review(scope, write={

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator import Coordinator, CorralError, Intent, Scope, ToolCall, ToolOutcome
+from coordinator import Coordinator, CorralError, Scope, ToolCall, ToolOutcome
 
 from ._access import LocalAccess
 from ._miniswe_protocols import (
@@ -171,12 +171,9 @@ class MiniSweAgent:
         blob = await self.coord.io(trace.write_blob, content.encode())
         failed = observation.get("extra", {}).get("returncode") not in (0, None)
 
-        async def act(_: Intent) -> tuple[ToolOutcome, dict[str, Any]]:
-            return ToolOutcome(result=blob, is_error=failed), {}
-
         intent = ToolCall(tool="bash", arguments={"command": action.get("command", "")},
                           call_id=action.get("tool_call_id"))
-        await self.scope.perform(intent, act, cause=cause)
+        await self.scope.record(intent, ToolOutcome(result=blob, is_error=failed), cause=cause)
 
 
 _STATUS: dict[str, AgentStatus] = {"Submitted": "finished", "LimitsExceeded": "step_limit"}

@@ -36,10 +36,10 @@ from typing import Any, Literal, Self
 
 from aiohttp import web
 
-from agents.providers import CacheUsage, PrefixCache, Reply, ToolCall, tokenize
+from agents.providers import CacheUsage, PrefixCache, Reply, ScriptedCall, tokenize
 
-# Reply and ToolCall are the script vocabulary, re-exported so tests import one module.
-__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedModelServer", "ToolCall"]
+# Reply and ScriptedCall are the script vocabulary, re-exported so tests import one module.
+__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedCall", "ScriptedModelServer"]
 
 Api = Literal["openai", "anthropic"]
 
@@ -356,7 +356,8 @@ def _load_script(path: Path) -> dict[str, list[Reply | str]]:
             if isinstance(step, str)
             else Reply(
                 step.get("text", ""),
-                [ToolCall(c["name"], c.get("arguments", {})) for c in step.get("tool_calls", [])],
+                [ScriptedCall(c["name"], c.get("arguments", {}))
+                 for c in step.get("tool_calls", [])],
             )
             for step in steps
         ]

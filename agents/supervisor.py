@@ -5,12 +5,14 @@ worth a decision happens (an intent blocked, an effect failed, a worker finished
 model what to do, with tools: inject a note into a worker's context, hand one worker's scope
 to another, rewind a worker to step k, discard and restart a worker, or do nothing.
 
-It has its own scope (`supervisor`, forked from root): its model calls are `model.call`
-effects there, and each action is first a `decision` effect (a SupervisorAction, cause = the
-model call) and then the effects that carry it out, each with cause = the decision:
+It has its own scope (`supervisor`, forked from root): its model calls and tool calls are
+effects there. Its actions are the coordinator's control actions (`coordinator.control`, the
+same the HTTP API's admin calls): each is first a `decision` effect (a SupervisorAction,
+cause = the model call) on the branch of the worker it acts on, then the effects that carry
+it out, each with cause = the decision:
 
-* inject: a `message` effect from the supervisor into the worker's inbox; the worker sees
-  it as a user message at its next step.
+* inject: the decision delivers a note into the worker's inbox; the worker sees it as a
+  user message at its next step.
 * handoff(giver → receiver): the receiver's scope merges the giver's branch (a `scope.merge`
   on the receiver's branch, so the receiver keeps its own conversation and continues with
   both agents' files), the giver stops, and the receiver gets a note with the giver's task.
@@ -18,6 +20,8 @@ model call) and then the effects that carry it out, each with cause = the decisi
   worker rebuilds its conversation from the trace and redoes step k.
 * restart(worker): `scope.discard`, then a fresh fork of the same name from the same parent;
   the worker starts over with an empty context.
+
+A `noop` decision is recorded on the supervisor's own scope (it acts on no worker).
 
 Workers call `settle()` before each step (their `before_step`): the supervisor handles every
 event published so far before the worker goes on, so runs are deterministic, and acts on a
@@ -33,19 +37,18 @@ from typing import Any, Literal
 from coordinator import (
     Coordinator,
     Effect,
-    Intent,
-    NoOutcome,
+    Result,
     Scope,
     Subscription,
-    SupervisorAction,
     ToolCall,
     ToolOutcome,
+    control,
 )
 
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import step_commit
 from .coding import CodingAgent
-from .providers import Message, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
+from .providers import ChatMessage, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
 
 __all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor"]
 
@@ -113,7 +116,7 @@ class LLMSupervisor:
         self.scope: Scope | None = None
         self._sub: Subscription | None = None
         self._lock = asyncio.Lock()
-        self._messages: list[Message] = []
+        self._messages: list[ChatMessage] = []
         self._calls = 0
 
     async def start(self) -> None:
@@ -184,34 +187,29 @@ class LLMSupervisor:
             text = await self._act(use.name, use.arguments, cause, about)
             self._messages.append(ToolResult(call_id=use.id, content=text))
             blob = await self.coord.io(self.coord.trace.write_blob, text.encode())
-
-            async def act(_: Intent, blob: str = blob) -> tuple[ToolOutcome, dict[str, Any]]:
-                return ToolOutcome(result=blob), {}
-
-            await self.scope.perform(
+            await self.scope.record(
                 ToolCall(tool=use.name, arguments=dict(use.arguments), call_id=use.id),
-                act, cause=cause,
+                ToolOutcome(result=blob), cause=cause,
             )
 
     # -- acting -------------------------------------------------------------------
+
+    def _took(self, r: Result | None) -> Effect | None:
+        """Keep a recorded decision (None when the policy chain blocked it)."""
+        if r is None or r.effect.kind != "decision" or not r.ok:
+            return None
+        self.actions.append(r.effect)
+        return r.effect
 
     async def _decide(
         self, action: Action, target: str, detail: dict[str, Any], cause: str,
         about: Effect | None,
     ) -> Effect | None:
-        """Record the decision; None when the policy chain blocked it."""
+        """Record a decision on the supervisor's own scope (a noop)."""
         assert self.scope is not None
-
-        async def act(_: Intent) -> tuple[NoOutcome, dict[str, Any]]:
-            return NoOutcome(), {}
-
-        intent = SupervisorAction(action=action, target=target, detail=detail,
-                                  about=about.id if about else None)
-        r = await self.scope.perform(intent, act, cause=cause)
-        if not r.ok:
-            return None
-        self.actions.append(r.effect)
-        return r.effect
+        return self._took(await control.decide(
+            self.scope, action, detail, target=target, cause=cause,
+            about=about.id if about else None))
 
     async def _act(self, tool: str, args: dict[str, Any], cause: str, about: Effect) -> str:
         try:
@@ -243,36 +241,33 @@ class LLMSupervisor:
 
     async def inject(self, worker: str, text: str, *, cause: str | None = None,
                      about: Effect | None = None) -> str:
-        """Put a note into `worker`'s inbox (a `message` effect from the supervisor)."""
-        assert self.scope is not None
-        self._worker(worker)
-        d = await self._decide("inject", worker, {"text": text}, cause or "", about)
-        if d is None:
+        """Put a note into `worker`'s inbox (a decision on its branch that delivers it)."""
+        w = self._worker(worker)
+        r = await control.inject(w.scope, text, cause=cause, about=about.id if about else None)
+        if not r.ok:
             return "blocked by the policy chain"
-        await self.scope.send(worker, text, cause=d.id)
+        self.actions.append(r.effect)
         self.revive.add(worker)
         return f"note sent to {worker}"
 
     async def handoff(self, giver: str, receiver: str, note: str = "", *,
                       cause: str | None = None, about: Effect | None = None) -> str:
         """Merge `giver`'s branch into `receiver`'s scope and stop `giver`."""
-        assert self.scope is not None
         g, r = self._worker(giver), self._worker(receiver)
         if g is r:
             return "error: a worker cannot hand off to itself"
-        d = await self._decide("handoff", receiver, {"from": giver}, cause or "", about)
-        if d is None:
-            return "blocked by the policy chain"
-        first, second = sorted((g, r), key=lambda w: w.name)
-        async with first.lock, second.lock:
-            merged = await r.scope.merge(g.scope, cause=d.id)
-            if merged.commit is None:
-                paths = ", ".join(c.path for c in merged.conflicts)
-                return f"handoff failed: {giver}'s work conflicts with {receiver}'s in {paths}"
-            g.stopped = f"handed off to {receiver}"
         text = (f"The supervisor handed you {giver}'s work: it is merged into your files. "
                 f"{giver}'s task was: {g.task}" + (f"\n{note}" if note else ""))
-        await self.scope.send(receiver, text, cause=d.id)
+        first, second = sorted((g, r), key=lambda w: w.name)
+        async with first.lock, second.lock:
+            done = await control.handoff(r.scope, g.scope, strategy="fail", note=text,
+                                         cause=cause, about=about.id if about else None)
+            if self._took(done.decision) is None or done.merge is None:
+                return "blocked by the policy chain"
+            if done.merge.commit is None:
+                paths = ", ".join(c.path for c in done.merge.conflicts)
+                return f"handoff failed: {giver}'s work conflicts with {receiver}'s in {paths}"
+            g.stopped = f"handed off to {receiver}"
         self.revive.add(receiver)
         return f"{receiver} now has {giver}'s work; {giver} stopped"
 
@@ -280,12 +275,12 @@ class LLMSupervisor:
                      about: Effect | None = None) -> str:
         """Rewind `worker` to just before its model call number `step`."""
         w = self._worker(worker)
-        d = await self._decide("rewind", worker, {"step": step}, cause or "", about)
-        if d is None:
-            return "blocked by the policy chain"
         async with w.lock:
             target = await self.coord.io(step_commit, self.coord.trace, w.scope.head, step)
-            await w.scope.rewind(to=target, cause=d.id)
+            done = await control.rewind(w.scope, target, detail={"step": step}, cause=cause,
+                                        about=about.id if about else None)
+            if self._took(done.decision) is None:
+                return "blocked by the policy chain"
             w.stopped = None
         self.revive.add(worker)
         return f"{worker} rewound to before step {step}"
@@ -294,13 +289,13 @@ class LLMSupervisor:
                       about: Effect | None = None) -> str:
         """Discard `worker`'s scope and start it over in a fresh fork of the same name."""
         w = self._worker(worker)
-        d = await self._decide("discard", worker, {"restart": True}, cause or "", about)
-        if d is None:
-            return "blocked by the policy chain"
         async with w.lock:
             old = w.scope
             parent = self.coord.scope(old.parent or "root")
-            await old.discard(cause=d.id)
+            done = await control.discard(old, detail={"restart": True}, cause=cause,
+                                         about=about.id if about else None)
+            if self._took(done.decision) is None:
+                return "blocked by the policy chain"
             w.restart(await parent.fork(old.name))
             w.stopped = None
         self.revive.add(worker)

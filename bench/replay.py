@@ -55,10 +55,10 @@ def _tests(functions: int) -> str:
 
 
 def _script(edits: int) -> list[Any]:
-    from agents.model_server import Reply, ToolCall
+    from agents.model_server import Reply, ScriptedCall
 
     def call(name: str, **args: Any) -> Reply:
-        return Reply(f"Step: {name}.", [ToolCall(name, args)])
+        return Reply(f"Step: {name}.", [ScriptedCall(name, args)])
 
     steps = [call("read_file", path="pricing.py"), call("read_file", path="test_pricing.py")]
     for i in range(edits):

@@ -1,10 +1,36 @@
-"""Corral's coordinator: scopes, effects, the git trace, the supervisor and merges."""
+"""Corral's coordinator: scopes, effects, the git trace, the supervisor and merges.
+
+What a user of the library needs is here (every name in `__all__`, sorted):
+
+- the core: `Coordinator` (open a state directory), `Scope` (fork, read,
+  write, patch, delete, exec, send, rewind, merge, discard; `perform` and
+  `record` for effects of your own, with `Act`, `ActInput`, `Refused`,
+  `TreeChanges`), `Result`, `MergeResult` (`Conflict`, `Hunk`, `Resolver`),
+  `Trace` and `TraceEntry`, `JournalBounds` (how much the journal may hold
+  between checkpoints), the event bus (`Event`, `EventBus`, `Subscription`);
+- the effect records (`Effect`, its intents and outcomes, `Decision`);
+- the errors (`CorralError` and its tree; `AuthError`, `Forbidden` from the
+  HTTP client);
+- writing a policy: `Policy`, `View`, `ScopeInfo`, `allow`, `block`,
+  `defer`, `rewrite`, `allow_all`, `load_policy`, and the built-in
+  `ConflictGuard` (with `Claim`).
+
+Named submodules hold the rest: `coordinator.policies` (every built-in
+policy: the conflict guard, the human gate, external reviewers),
+`coordinator.control` (the supervisor's control actions),
+`coordinator.server` (the HTTP server: `make_app`, `run_server`,
+`ServerConfig`, routes) and `coordinator.client` (the HTTP client). The
+server's and the gate's names are still importable from here for older code.
+"""
+
+from typing import Any
 
 from ._auth import AuthError, Forbidden
 from ._coordinator import Coordinator
-from ._effect_path import Result
+from ._effect_path import Act, ActInput, Refused, Result
 from ._effects import (
     FORMAT_VERSION,
+    ControlAction,
     Decision,
     Effect,
     Exec,
@@ -18,6 +44,7 @@ from ._effects import (
     FsWrite,
     Intent,
     MergeOutcome,
+    MergeStrategy,
     Message,
     ModelCall,
     ModelOutcome,
@@ -49,12 +76,9 @@ from ._errors import (
     UnknownScope,
 )
 from ._events import Event, EventBus, Subscription
-from ._gate import GateRule, HumanGate
 from ._guard import Claim, ConflictGuard
-from ._hub import ServerConfig
 from ._journal import JournalBounds
 from ._merge import Conflict, Hunk, MergeResult, Resolver
-from ._openapi import Query, Route
 from ._policy import (
     Policy,
     PolicyChain,
@@ -67,29 +91,18 @@ from ._policy import (
     load_policy,
     rewrite,
 )
-from ._reviewers import ReviewerPool
 from ._scope import Scope
-from ._server import make_app, request_scope, run_server
-from ._trace import Trace, TraceEntry
+from ._trace import Trace, TraceEntry, TreeChanges
 
 __all__ = [
     "FORMAT_VERSION",
+    "Act",
+    "ActInput",
     "AuthError",
-    "Forbidden",
-    "GateRule",
-    "HumanGate",
-    "JournalBounds",
-    "ReviewerPool",
-    "ServerConfig",
-    "load_policy",
-    "make_app",
-    "Query",
-    "Route",
-    "request_scope",
-    "run_server",
     "Claim",
     "Conflict",
     "ConflictGuard",
+    "ControlAction",
     "Coordinator",
     "CorralError",
     "Decision",
@@ -100,6 +113,7 @@ __all__ = [
     "ExecError",
     "ExecOutcome",
     "FileChange",
+    "Forbidden",
     "FsDelete",
     "FsOp",
     "FsOpKind",
@@ -108,9 +122,11 @@ __all__ = [
     "FsWrite",
     "Hunk",
     "Intent",
+    "JournalBounds",
     "MergeError",
     "MergeOutcome",
     "MergeResult",
+    "MergeStrategy",
     "Message",
     "ModelCall",
     "ModelOutcome",
@@ -121,6 +137,7 @@ __all__ = [
     "PathError",
     "Policy",
     "PolicyChain",
+    "Refused",
     "Resolver",
     "Result",
     "RewindError",
@@ -141,6 +158,7 @@ __all__ = [
     "ToolOutcome",
     "Trace",
     "TraceEntry",
+    "TreeChanges",
     "UnknownScope",
     "Usage",
     "Verdict",
@@ -149,5 +167,28 @@ __all__ = [
     "allow_all",
     "block",
     "defer",
+    "load_policy",
     "rewrite",
 ]
+
+# Names that moved to a named submodule, still importable from here.
+_MOVED = {
+    "GateRule": "policies",
+    "HumanGate": "policies",
+    "ReviewerPool": "policies",
+    "Query": "server",
+    "Route": "server",
+    "ServerConfig": "server",
+    "make_app": "server",
+    "request_scope": "server",
+    "run_server": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: the server's modules import the package face themselves.
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

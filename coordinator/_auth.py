@@ -31,22 +31,18 @@ from typing import TYPE_CHECKING
 from ._errors import CorralError
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from . import Coordinator
     from ._scope import Scope
 
 __all__ = ["AuthError", "Forbidden", "Principal", "Tokens"]
 
 
 class AuthError(CorralError):
-    """No token, or a token that is not valid (401)."""
-
-    status = 401
+    """No token, or a token that is not valid."""
 
 
 class Forbidden(AuthError):
-    """A valid token acting outside its authority (403)."""
-
-    status = 403
+    """A valid token acting outside its authority."""
 
 
 @dataclass(frozen=True, slots=True)

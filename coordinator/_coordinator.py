@@ -5,6 +5,9 @@ State directory layout::
     <state>/trace.git   the trace (bare git repository): the only durable truth
     <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
     <state>/lock        held while a coordinator has the directory open
+
+The coordinator owns the lifecycle (open, rebuild the scopes, close) and the
+scope registry; what scopes share while it runs is its `Runtime`.
 """
 
 from __future__ import annotations
@@ -14,24 +17,25 @@ import fcntl
 import logging
 import os
 import subprocess
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import sandboxes
 from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
 
 from ._effects import Effect
-from ._errors import CorralError, SandboxFailure, ScopeExists, StateError, UnknownScope
+from ._errors import SandboxFailure, StateError
 from ._events import EventBus
+from ._history import apply_tree_changes
 from ._journal import JournalBounds
-from ._live import LIVE_TIMEOUT_S, stop_live
+from ._live import stop_live
 from ._metrics import Metrics
 from ._policy import Policy, PolicyChain
+from ._registry import ScopeRegistry
+from ._runtime import Runtime, Settled
 from ._scope import Scope
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 
@@ -39,9 +43,6 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger("corral")
 T = TypeVar("T")
-
-DEFER_TIMEOUT_S = 600.0
-Settled = Literal["merged", "discarded", "gone", "timeout"]
 
 
 def _memory_layers() -> bool:
@@ -63,35 +64,65 @@ class Coordinator:
         self.trace = trace
         self.backend = backend
         self.chain = chain
-        self.events = EventBus()
-        self.metrics = Metrics()
-        self.scopes: dict[str, Scope] = {}
-        self._pending: dict[str, Effect] = {}
-        # pygit2, file copies and mount calls block: they run on these threads.
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="corral-io")
+        self.runtime = Runtime(state, trace, chain, backend.name)
+        """What the scopes share (events, metrics, threads, pending intents, settings)."""
         self._lockfile: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
-        self._loop_thread: int | None = None
-        """Its thread's kernel id: a fuse call from it must not wait for the loop."""
-        self.live_timeout = LIVE_TIMEOUT_S
+        self.cursor_key = os.urandom(16)
+        """Signs the log cursors the HTTP API hands out (valid while this runs)."""
+
+    @property
+    def events(self) -> EventBus:
+        return self.runtime.events
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.runtime.metrics
+
+    @property
+    def scopes(self) -> ScopeRegistry:
+        """Every scope by name (discarded ones while live forks name them as parent)."""
+        return self.runtime.scopes
+
+    @property
+    def live_timeout(self) -> float:
         """Seconds the policy chain has to decide on a live call in a fuse workspace
         before the call is denied (and the denial recorded)."""
-        self.defer_timeout = DEFER_TIMEOUT_S
+        return self.runtime.live_timeout
+
+    @live_timeout.setter
+    def live_timeout(self, value: float) -> None:
+        self.runtime.live_timeout = value
+
+    @property
+    def defer_timeout(self) -> float:
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
-        self.exec_limits = Limits()
+        return self.runtime.defer_timeout
+
+    @defer_timeout.setter
+    def defer_timeout(self, value: float) -> None:
+        self.runtime.defer_timeout = value
+
+    @property
+    def exec_limits(self) -> Limits:
         """What one command may use (processes, memory, output, file and layer
         size, the longest timeout); raise a field with dataclasses.replace."""
-        self.toolchain: tuple[Path, ...] = ()
+        return self.runtime.exec_limits
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None:
+        self.runtime.exec_limits = value
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]:
         """Host directories a command sees read-only (their bin/ first on its PATH):
         a virtualenv, a language toolchain. Nothing else of the host's is shown
         beyond the system directories."""
-        self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
-        self._forking: set[str] = set()
-        """Names claimed by forks in progress (see `_claim_name`)."""
-        self.cursor_key = os.urandom(16)
-        """Signs the log cursors the HTTP API hands out (valid while this runs)."""
+        return self.runtime.toolchain
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None:
+        self.runtime.toolchain = tuple(value)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -124,8 +155,7 @@ class Coordinator:
         coord = await asyncio.to_thread(
             cls._open_sync, Path(state_dir), repo, base, backend, policies, clock, journal
         )
-        coord._loop = asyncio.get_running_loop()
-        coord._loop_thread = threading.get_native_id()
+        coord.runtime.bind_loop()
         try:
             yield coord
         finally:
@@ -200,16 +230,16 @@ class Coordinator:
             ws: Workspace = self.backend.base(snap_tree, populate, name=name)
             head_tree = str(trace.commit(head).tree_id)
             fork_point, parent, seq = self._lineage(name, head, snapshot)
-            scope = Scope(self, name, ws, head, fork_point, parent, seq)
+            scope = Scope(self.runtime, name, ws, head, fork_point, parent, seq)
             if head_tree != snap_tree:
-                scope._apply_tree_changes(trace.diff_trees(snap_tree, head_tree))
+                apply_tree_changes(trace, ws.backing, trace.diff_trees(snap_tree, head_tree))
             # Ignored files are not in the tree: they come back from their own ref.
             kept = trace.ignored_files(name)
             if kept:
                 apply_changes(ws.backing, [Change(path, trace.blob(blob), mode)
                                            for path, blob, mode in kept])
             self.scopes[name] = scope
-        self.metrics.scope_count(self)
+        self.runtime.count_scopes()
 
     def _lineage(self, name: str, head: str, snapshot: str) -> tuple[str, str | None, int]:
         """A live scope's fork point, parent scope and next seq."""
@@ -248,16 +278,15 @@ class Coordinator:
         """Release every workspace and mount; the trace stays. Idempotent."""
         if self._lockfile is None:
             return
-        await stop_live(self)
+        await stop_live(self.scopes.live())
         self.events.close()
         try:
-            loop = asyncio.get_running_loop()
             try:
-                await loop.run_in_executor(self._pool, self.backend.close)
+                await self.runtime.io(self.backend.close)
             finally:
-                await loop.run_in_executor(self._pool, self.trace.close)
+                await self.runtime.io(self.trace.close)
         finally:
-            self._pool.shutdown(wait=True)
+            self.runtime.stop_io()
             os.close(self._lockfile)
             self._lockfile = None
 
@@ -265,51 +294,7 @@ class Coordinator:
         """Wait until scope `name` is merged into another scope or discarded.
         Returns how it ended: "merged", "discarded", "gone" (no such scope:
         nothing to wait for) or "timeout"."""
-        scope = self.scopes.get(name)
-        if scope is None:
-            return "gone"
-        if scope.discarded:
-            return "discarded"
-        waiter: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
-        self._settle_waiters.setdefault(name, []).append(waiter)
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
-        except TimeoutError:
-            return "timeout"
-        finally:
-            waiters = self._settle_waiters.get(name, [])
-            if waiter in waiters:
-                waiters.remove(waiter)
-
-    @contextmanager
-    def _claim_name(self, name: str) -> Iterator[None]:
-        """Hold scope name `name` for a fork in progress (released when it ends;
-        by then the scope is registered or the fork failed). Raises
-        ScopeExists when a live scope or another fork has it. Synchronous, so
-        the check and the claim are one step on the event loop."""
-        live = self.scopes.get(name)
-        if (live is not None and not live.discarded) or name in self._forking:
-            raise ScopeExists(f"scope {name!r} already exists")
-        self._forking.add(name)
-        try:
-            yield
-        finally:
-            self._forking.discard(name)
-
-    def _forget(self, scope: Scope) -> None:
-        """A discarded scope leaves the registry (and wakes who waits on it),
-        unless live scopes were forked from it: they name it as their parent,
-        so it stays until the last of them goes."""
-        self._settled(scope.name, "discarded")
-        gone: Scope | None = scope
-        while gone is not None and gone.discarded and gone.name != "root":
-            if self.scopes.get(gone.name) is not gone or any(
-                s.parent == gone.name for s in self.scopes.values()
-            ):
-                break
-            del self.scopes[gone.name]
-            gone = self.scopes.get(gone.parent) if gone.parent is not None else None
-        self.metrics.scope_count(self)
+        return await self.runtime.until_settled(name, timeout)
 
     def last_discard(self, name: str) -> str | None:
         """The commit of the latest discard of scope `name` that is no longer
@@ -319,12 +304,6 @@ class Coordinator:
         if not numbered:
             return None
         return self.trace.ref(max(numbered, key=lambda r: int(r[len(prefix):])))
-
-    def _settled(self, name: str, how: Settled) -> None:
-        """Scope `name` was merged somewhere or discarded: wake who waits on it."""
-        for waiter in self._settle_waiters.pop(name, []):
-            if not waiter.done():
-                waiter.set_result(how)
 
     async def checkpoint(self) -> None:
         """Bring the trace's git repository on disk up to date now, for plain
@@ -339,10 +318,7 @@ class Coordinator:
 
     def scope(self, name: str) -> Scope:
         """The live scope `name`; raises UnknownScope."""
-        scope = self.scopes.get(name)
-        if scope is None or scope.discarded:
-            raise UnknownScope(f"no scope named {name!r}")
-        return scope
+        return self.scopes.scope(name)
 
     def log(self, scope: Scope | str) -> list[Effect]:
         """The effects on a scope's branch, oldest first (blocking read of the trace)."""
@@ -351,14 +327,4 @@ class Coordinator:
 
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (git, files, mounts) on the coordinator's threads."""
-        if self._lockfile is None:
-            raise CorralError("the coordinator is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._job, partial(fn, *args, **kwargs))
-
-    def _job(self, fn: Callable[[], T]) -> T:
-        self.trace.renew_handle()  # between jobs, an io thread holds no git object
-        try:
-            return fn()
-        finally:
-            self.trace.idle()
+        return await self.runtime.io(fn, *args, **kwargs)

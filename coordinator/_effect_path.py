@@ -1,8 +1,14 @@
-"""The one path every effect takes: propose, decide, materialize, commit, answer.
+"""The one path every effect of a scope takes: propose, decide, act, commit, answer.
 
-The intent is published to observers, the policy chain decides, the act
-carries it out, the trace records it and the ref moves, and only then does
-the caller get its Result. A scope's effects are serialized by its lock.
+The intent is published to observers, the policy chain decides, the world
+action carries it out, the trace records it and the ref moves, and only then
+does the caller get its Result. `EffectPath` owns what that needs of a scope:
+its lock (a scope's effects are serialized), its next seq and its head.
+
+A world action (`Act`) gets one frozen `ActInput`: the pending effect and the
+intent as decided. It returns the outcome and the tree changes, or, when it
+asked for a second review of what it changed (`ActInput.review`, as a command
+does before its files land) and was refused, a `Refused` record.
 """
 
 from __future__ import annotations
@@ -13,24 +19,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._effects import (
-    Decision,
-    Effect,
-    Intent,
-    Outcome,
-)
-from ._errors import (
-    CorralError,
-)
+from ._effects import Decision, Effect, Intent, Outcome
 from ._events import Event
 from ._policy import View
-from ._trace import TreeChanges
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from ._runtime import Runtime
+    from ._trace import TreeChanges
 
-
-__all__ = ["Act", "EffectPath", "InThread", "Result"]
+__all__ = ["Act", "ActInput", "Done", "EffectPath", "InThread", "Refused", "Result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +60,38 @@ class Result:
         return self.effect.outcome
 
 
-Act = Callable[[Intent], Awaitable[tuple[Outcome, TreeChanges]]]
+@dataclass(frozen=True, slots=True)
+class ActInput:
+    """What a world action receives: the pending effect and the intent to carry
+    out (the proposed one, or the policy chain's rewrite of it)."""
+
+    pending: Effect
+    intent: Intent
+    head: str
+    """The scope's head the action works on (the lock is held until it is recorded)."""
+    _path: EffectPath
+
+    async def review(self, changed: Intent) -> Decision:
+        """A second review: put `changed` (the intent with what the action
+        changed, e.g. a command's files) to the policy chain before it lands.
+        On a refusal, return `Refused(decision, outcome, changed)`."""
+        return await self._path.decide(self.pending.model_copy(update={"intent": changed}),
+                                       changed)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A world action's answer when its second review did not allow what it
+    changed: the effect is recorded blocked, with this decision and outcome."""
+
+    decision: Decision
+    outcome: Outcome
+    intent: Intent
+    """The intent as reviewed the second time."""
+
+
+Done = tuple[Outcome, "TreeChanges"]
+Act = Callable[[ActInput], Awaitable["Done | Refused"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +99,7 @@ class InThread:
     """An act that blocks (files, git): it runs on an io thread in the same hop
     as the commit that records it, so a write costs one thread hop, not two."""
 
-    fn: Callable[[Intent], tuple[Outcome, TreeChanges]]
+    fn: Callable[[ActInput], Done]
     ref: str | None = None
     """Where the commit goes (default: the scope's ref)."""
     after: Callable[[str], None] | None = None
@@ -90,38 +118,38 @@ _SETTLED = {
 }
 
 
-class _Blocked(Exception):
-    """Raised inside an act when a second review (an exec's outcome) blocks."""
-
-    def __init__(self, decision: Decision, outcome: Outcome, intent: Intent) -> None:
-        self.decision, self.outcome, self.intent = decision, outcome, intent
-
-
 class EffectPath:
-    """The effect path of a Scope (a mixin: Scope provides the state)."""
+    """The effect path of one scope: its lock, next seq, head and touched paths."""
 
-    # Provided by Scope: the state the one path works on.
-    touched: frozenset[str] | None
-    _coord: Coordinator
-    _lock: asyncio.Lock
-    _seq: int
-    name: str
-    head: str
-
-    if TYPE_CHECKING:
-
-        def _check_live(self) -> None: ...
+    def __init__(
+        self,
+        runtime: Runtime,
+        name: str,
+        head: str,
+        seq: int,
+        *,
+        touched: frozenset[str] | None,
+        check_live: Callable[[], None],
+    ) -> None:
+        self.rt = runtime
+        self.name = name
+        self.head = head
+        self.seq = seq
+        """The seq the next effect takes."""
+        self.touched = touched
+        """Paths changed on this branch since its fork point (a superset: a path
+        changed back stays in); None when unknown (after a rewind or a merge)."""
+        self.lock = asyncio.Lock()
+        self._check_live = check_live
 
     async def perform(
         self, intent: Intent, act: Act | InThread, *, cause: str | None = None
     ) -> Result:
-        """Propose `intent`, let the policy chain decide, and if allowed run `act`
-        (which carries it out and returns the outcome and tree changes), commit,
-        and return. A blocked intent returns a Result whose `reason` says why."""
-        async with self._lock:
-            return await self._perform(intent, act, cause=cause)
+        """`run` under the scope's lock."""
+        async with self.lock:
+            return await self.run(intent, act, cause=cause)
 
-    async def _perform(
+    async def run(
         self,
         intent: Intent,
         act: Act | InThread,
@@ -130,123 +158,130 @@ class EffectPath:
         parents: Sequence[str] | None = None,
         tree: str | None = None,
     ) -> Result:
+        """Propose `intent`, decide, carry it out with `act` when allowed, commit
+        (with `parents` and `tree` when given: a rewind, a merge) and return.
+        The caller holds the lock. A failing act is recorded as a failed effect
+        and its exception raised again."""
         self._check_live()
-        coord = self._coord
+        rt = self.rt
         # Backpressure: while the trace's journal is full (writers outran its
         # checkpoints), effects wait here instead of the journal growing.
-        await coord.trace.journal.room()
-        coord.trace.renew_handle()
-        pending = self._next_effect(intent, cause=cause)
-        coord._pending[pending.id] = pending
-        coord.events.publish(Event("intent", pending))
+        await rt.trace.journal.room()
+        rt.trace.renew_handle()
+        pending = self.next_effect(intent, cause=cause)
+        rt.pending[pending.id] = pending
+        rt.events.publish(Event("intent", pending))
         try:
-            decision = await self._decide(pending, intent)
+            decision = await self.decide(pending, intent)
             if not decision.allowed:
-                return await self._record(
+                return await self.record(
                     pending.model_copy(update={"status": "blocked", "decision": decision})
                 )
             todo = decision.rewritten if decision.verdict == "rewrite" else intent
             assert todo is not None
+            given = ActInput(pending, todo, self.head, self)
             try:
                 if isinstance(act, InThread):
-                    return await self._act_and_record(pending, decision, todo, act, parents, tree)
-                outcome, changes = await act(todo)
-            except _Blocked as b:
-                # The second review blocked: its decision is the effect's, and the
-                # first one's reason (an approval at the gate, say) stays in it.
-                blocking = b.decision
-                if decision.reason:
-                    blocking = blocking.model_copy(update={
-                        "reason": f"{blocking.reason} (after: {decision.reason})"})
-                return await self._record(
-                    pending.model_copy(
-                        update={
-                            "status": "blocked",
-                            "decision": blocking,
-                            "outcome": b.outcome,
-                            "intent": b.intent,
-                        }
-                    )
-                )
-            except CorralError as e:
-                await self._record(
+                    return await self._act_and_record(pending, decision, given, act, parents,
+                                                      tree)
+                done = await act(given)
+            except Exception as e:
+                await self.record(
                     pending.model_copy(
                         update={"status": "failed", "decision": decision, "error": str(e)}
                     )
                 )
                 raise
+            if isinstance(done, Refused):
+                # The second review's decision is the effect's, and the first
+                # one's reason (an approval at the gate, say) stays in it.
+                blocking = done.decision
+                if decision.reason:
+                    blocking = blocking.model_copy(update={
+                        "reason": f"{blocking.reason} (after: {decision.reason})"})
+                return await self.record(pending.model_copy(update={
+                    "status": "blocked", "decision": blocking, "outcome": done.outcome,
+                    "intent": done.intent,
+                }))
+            outcome, changes = done
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
-            return await self._record(effect, changes, parents=parents, tree=tree)
+            return await self.record(effect, changes, parents=parents, tree=tree)
         finally:
-            coord._pending.pop(pending.id, None)
+            rt.pending.pop(pending.id, None)
 
     async def review(self, intent: Intent, *, cause: str | None = None) -> Result:
-        """Put `intent` to the policy chain without carrying it out: for an agent that acts
-        outside Corral (a Claude Code hook asks before its tool runs). The effect is
-        recorded with the decision and status `allowed`, `rewritten` or `blocked`, and a
-        commit that changes no file; observers see it like any other intent."""
-        async with self._lock:
+        """Decide on `intent` without carrying it out; recorded with status
+        `allowed`, `rewritten` or `blocked` (see `Scope.review`)."""
+        async with self.lock:
             self._check_live()
-            coord = self._coord
-            pending = self._next_effect(intent, cause=cause)
-            coord._pending[pending.id] = pending
-            coord.events.publish(Event("intent", pending))
+            rt = self.rt
+            pending = self.next_effect(intent, cause=cause)
+            rt.pending[pending.id] = pending
+            rt.events.publish(Event("intent", pending))
             try:
-                decision = await self._decide(pending, intent)
+                decision = await self.decide(pending, intent)
                 status = {"allow": "allowed", "rewrite": "rewritten"}.get(
                     decision.verdict, "blocked")
-                return await self._record(
+                return await self.record(
                     pending.model_copy(update={"status": status, "decision": decision}))
             finally:
-                coord._pending.pop(pending.id, None)
+                rt.pending.pop(pending.id, None)
 
-    def _next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect:
+    def next_effect(self, intent: Intent, *, cause: str | None, **fields: Any) -> Effect:
         """A pending effect record for `intent`, taking the scope's next seq."""
         effect = Effect(
-            id=f"{self.name}#{self._seq}",
+            id=f"{self.name}#{self.seq}",
             scope=self.name,
-            seq=self._seq,
+            seq=self.seq,
             parent=self.head,
             cause=cause,
             status=fields.pop("status", "pending"),
             intent=intent,
             **fields,
         )
-        self._seq += 1
+        self.seq += 1
         return effect
 
-    async def _decide(self, pending: Effect, intent: Intent) -> Decision:
-        coord = self._coord
-        decision = await coord.chain.decide(intent, View(coord, pending))
+    async def ask(self, pending: Effect, intent: Intent) -> Decision:
+        """The policy chain's decision on `intent` (timed), nothing published."""
+        start = time.perf_counter()
+        decision = await self.rt.chain.decide(intent, View(self.rt, pending))
+        self.rt.metrics.review_seconds.labels(intent.kind).observe(time.perf_counter() - start)
+        return decision
+
+    async def decide(self, pending: Effect, intent: Intent) -> Decision:
+        """Ask the chain (waiting out a deferral), publish and count the decision."""
+        rt = self.rt
+        decision = await self.ask(pending, intent)
         if decision.verdict == "defer":
             decision = await self._defer(pending, intent, decision)
-        coord.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
-        coord.metrics.decision(intent.kind, decision.verdict)
+        rt.events.publish(Event("decision", pending.model_copy(update={"decision": decision})))
+        rt.metrics.decision(intent.kind, decision.verdict)
         return decision
 
     async def _defer(self, pending: Effect, intent: Intent, deferred: Decision) -> Decision:
         """Hold a deferred intent (its scope waits with it) until the scope it
         waits on merges or is discarded, then ask the chain once more. A second
-        deferral, or no merge within `Coordinator.defer_timeout`, blocks."""
-        coord = self._coord
+        deferral, or no merge within `defer_timeout`, blocks."""
+        rt = self.rt
         until = deferred.until
-        coord.events.publish(Event("decision", pending.model_copy(update={"decision": deferred})))
-        coord.metrics.decision(intent.kind, "defer")
+        rt.events.publish(Event("decision", pending.model_copy(update={"decision": deferred})))
+        rt.metrics.decision(intent.kind, "defer")
         if not until or until == pending.scope:
             why = "without naming the scope to wait for" if not until else \
                 "until its own scope merges, which cannot happen while it waits"
             return deferred.model_copy(
                 update={"verdict": "block", "reason": f"{deferred.reason}; deferred {why}"})
         start = time.perf_counter()
-        how = await coord.until_settled(until, coord.defer_timeout)
+        how = await rt.until_settled(until, rt.defer_timeout)
         waited = f"deferred until {until!r} merged; {_SETTLED[how]} after " \
                  f"{time.perf_counter() - start:.1f} s"
         if how == "timeout":
             return deferred.model_copy(update={"verdict": "block",
                                                "reason": f"{deferred.reason}; {waited}"})
-        again = await coord.chain.decide(intent, View(coord, pending))
+        again = await self.ask(pending, intent)
         if again.verdict == "defer":
             return again.model_copy(update={"verdict": "block",
                                             "reason": f"{again.reason}; {waited}, still deferred"})
@@ -257,16 +292,16 @@ class EffectPath:
         self,
         pending: Effect,
         decision: Decision,
-        todo: Intent,
+        given: ActInput,
         act: InThread,
         parents: Sequence[str] | None,
         tree: str | None,
     ) -> Result:
-        trace = self._coord.trace
+        trace = self.rt.trace
         head = self.head
 
         def work() -> tuple[Effect, str, TreeChanges]:
-            outcome, changes = act.fn(todo)
+            outcome, changes = act.fn(given)
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
@@ -278,12 +313,12 @@ class EffectPath:
                 act.after(sha)
             return effect, sha, changes
 
-        effect, sha, changes = work() if act.inline else await self._coord.io(work)
-        self._advance(sha, None if tree is not None else changes)
-        self._coord.events.publish(Event("effect", effect, sha))
+        effect, sha, changes = work() if act.inline else await self.rt.io(work)
+        self.advance(sha, None if tree is not None else changes)
+        self.rt.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)
 
-    async def _record(
+    async def record(
         self,
         effect: Effect,
         changes: TreeChanges | None = None,
@@ -291,19 +326,21 @@ class EffectPath:
         parents: Sequence[str] | None = None,
         tree: str | None = None,
     ) -> Result:
-        trace = self._coord.trace
+        """Commit `effect` (its tree: the head's with `changes`, or `tree`), move
+        the head and publish it. The caller holds the lock."""
+        trace = self.rt.trace
         head = self.head
 
         def commit() -> str:
             t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes or {})
             return trace.commit_effect(effect, t, parents if parents is not None else [head])
 
-        sha = await self._coord.io(commit)
-        self._advance(sha, None if tree is not None else (changes or {}))
-        self._coord.events.publish(Event("effect", effect, sha))
+        sha = await self.rt.io(commit)
+        self.advance(sha, None if tree is not None else (changes or {}))
+        self.rt.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)
 
-    def _advance(self, sha: str, changes: TreeChanges | None) -> None:
+    def advance(self, sha: str, changes: TreeChanges | None) -> None:
         """Move the head; keep the paths changed since the fork up to date
         (None when unknown, after a rewind or a merge: recomputed on demand)."""
         self.head = sha
@@ -311,5 +348,3 @@ class EffectPath:
             self.touched = None
         elif self.touched is not None and changes:
             self.touched = self.touched | changes.keys()
-
-    # -- reading ------------------------------------------------------------------

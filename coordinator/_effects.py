@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "FORMAT_VERSION",
+    "ControlAction",
     "Decision",
     "Effect",
     "Exec",
@@ -195,11 +196,14 @@ class ScopeDiscard(_Record):
     """The archive ref the scope's branch moves to."""
 
 
+ControlAction = Literal["rewind", "handoff", "inject", "discard", "noop"]
+
+
 class SupervisorAction(_Record):
     """A control decision taken by a supervisor (rewind, handoff, inject, discard)."""
 
     kind: Literal["decision"] = "decision"
-    action: Literal["rewind", "handoff", "inject", "discard", "noop"]
+    action: ControlAction
     target: str
     """The scope acted on."""
     detail: dict[str, Any] = Field(default_factory=dict)

@@ -4,20 +4,22 @@
 
     CorralError
     ├── PathError            a path that is absolute, has `..`, enters `.git`
-    │                        or resolves outside the workspace (400)
-    ├── NotFound             unknown scope, commit or file (404)
+    │                        or resolves outside the workspace
+    ├── NotFound             unknown scope, commit or file
     │   └── UnknownScope
-    ├── ScopeDiscarded       an operation on a discarded scope (409)
-    ├── ScopeExists          fork to a name already in use (409)
-    ├── RewindError          a target that is not on the scope's branch since its fork (400)
-    ├── PatchError           a unified diff that does not apply (400)
-    ├── MergeError           a merge that cannot be done as asked (409)
-    ├── StateError           a state directory that does not fit the request (409)
+    ├── ScopeDiscarded       an operation on a discarded scope
+    ├── ScopeExists          fork to a name already in use
+    ├── RewindError          a target that is not on the scope's branch since its fork
+    ├── PatchError           a unified diff that does not apply
+    ├── MergeError           a merge that cannot be done as asked
+    ├── StateError           a state directory that does not fit the request
     ├── ExecError            a command that cannot run as asked: empty argv, bad env,
-    │                        a timeout past the exec limit timeout_max (400)
-    └── SandboxFailure       the workspace backend failed (500; wraps sandboxes.SandboxError)
+    │                        a timeout past the exec limit timeout_max
+    └── SandboxFailure       the workspace backend failed (wraps sandboxes.SandboxError)
 
 A blocked intent is not an error: it is a `Result` whose decision says why.
+The errors know nothing of HTTP: the server maps each class to a status
+(`coordinator._server.STATUS`).
 """
 
 from __future__ import annotations
@@ -41,19 +43,17 @@ __all__ = [
 class CorralError(Exception):
     """Base of every error Corral raises; `.cause` is the underlying exception, if any."""
 
-    status = 500
-
     def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
         super().__init__(message)
         self.cause = cause
 
 
 class PathError(CorralError, ValueError):
-    status = 400
+    """A path that is absolute, has `..`, enters `.git` or leaves the workspace."""
 
 
 class NotFound(CorralError, LookupError):
-    status = 404
+    """An unknown scope, commit or file."""
 
 
 class UnknownScope(NotFound):
@@ -61,32 +61,32 @@ class UnknownScope(NotFound):
 
 
 class ScopeDiscarded(CorralError):
-    status = 409
+    """An operation on a discarded scope."""
 
 
 class ScopeExists(CorralError):
-    status = 409
+    """A fork to a name already in use."""
 
 
 class RewindError(CorralError, ValueError):
-    status = 400
+    """A rewind target that is not on the scope's branch since its fork."""
 
 
 class PatchError(CorralError, ValueError):
-    status = 400
+    """A patch that is malformed or does not apply (git's reason)."""
 
 
 class MergeError(CorralError):
-    status = 409
+    """A merge that cannot be done as asked."""
 
 
 class StateError(CorralError):
-    status = 409
+    """A state directory that does not fit the request."""
 
 
 class ExecError(CorralError, ValueError):
-    status = 400
+    """A command that cannot run as asked (argv, env, timeout)."""
 
 
 class SandboxFailure(CorralError):
-    status = 500
+    """The workspace backend failed."""

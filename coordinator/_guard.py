@@ -20,8 +20,7 @@ from ._merge import merge_file, parse_hunks
 from ._policy import View
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
-from ._trace import Trace
+    from ._trace import Trace
 
 __all__ = ["Claim", "ConflictGuard"]
 
@@ -63,56 +62,16 @@ class ConflictGuard:
                         where = f"lines {c.lines[0]}-{c.lines[1]} of " if c.lines else ""
                         return self._stop(f"{where}{change.path} are claimed by {c.scope}",
                                           c.scope)
-        coord = view._coord
-        siblings = [
-            s for s in coord.scopes.values()
-            if not s.discarded and s.name != view.scope and s.name != "root"
-        ]
         paths = {c.path for c in changes}
         # Only siblings that touched a written path need a merge: the scopes keep
         # their touched paths as they go, so this filter costs no git work.
-        suspects = [
-            (s.name, s.head, s.fork_point) for s in siblings
-            if s.touched is None or not s.touched.isdisjoint(paths)
-        ]
+        suspects = [s for s in view.siblings()
+                    if s.touched is None or not s.touched.isdisjoint(paths)]
         if not suspects:
             return None
-        me = coord.scope(view.scope).head
-        found = await coord.io(self._check, coord, me, suspects, changes)
+        touched = [(s.name, s.head, await view.touched(s)) for s in suspects]
+        found = await view.io(_check, view.trace, view.head(view.scope), touched, changes)
         return self._stop(*found) if found else None
-
-    def _check(
-        self,
-        coord: Coordinator,
-        me: str,
-        siblings: list[tuple[str, str, str]],
-        changes: list[FileChange],
-    ) -> tuple[str, str] | None:
-        """The first (reason, owner) conflict of `changes` with a sibling."""
-        trace = coord.trace
-        for name, head, fork_point in siblings:
-            touched = self._touched(coord, name, head, fork_point)
-            for change in changes:
-                if change.path in touched:
-                    reason = _conflict(trace, me, head, name, change)
-                    if reason:
-                        return reason, name
-        return None
-
-    @staticmethod
-    def _touched(coord: Coordinator, name: str, head: str, fork_point: str) -> frozenset[str]:
-        """The paths scope `name` changed since its fork, from the scope when it
-        knows them, else from its trees (and remembered while its head stays)."""
-        scope = coord.scopes.get(name)
-        if scope is not None and scope.touched is not None and scope.head == head:
-            return scope.touched
-        trace = coord.trace
-        paths = frozenset(trace.diff_trees(
-            str(trace.commit(fork_point).tree_id), str(trace.commit(head).tree_id)
-        ))
-        if scope is not None and scope.head == head:
-            scope.touched = paths
-        return paths
 
     def _stop(self, reason: str, owner: str) -> Decision:
         if self.mode == "defer":
@@ -129,6 +88,23 @@ class ConflictGuard:
             if tag != "equal" and i1 < last and max(i2, i1 + 1) > first - 1:
                 return True
         return False
+
+
+def _check(
+    trace: Trace,
+    me: str,
+    siblings: list[tuple[str, str, frozenset[str]]],
+    changes: list[FileChange],
+) -> tuple[str, str] | None:
+    """The first (reason, owner) conflict of `changes` with a sibling (name,
+    head, paths it touched)."""
+    for name, head, touched in siblings:
+        for change in changes:
+            if change.path in touched:
+                reason = _conflict(trace, me, head, name, change)
+                if reason:
+                    return reason, name
+    return None
 
 
 def _writes(intent: Intent) -> list[FileChange]:

@@ -13,15 +13,16 @@ from aiohttp import web
 
 from sandboxes import Limits
 
+from . import Coordinator
 from ._auth import Principal, Tokens
-from ._coordinator import Coordinator
 from ._events import Event, Subscription
 from ._gate import GateRule, HumanGate
+from ._openapi import Route
 from ._policy import Policy
 from ._reviewers import ReviewerPool
 from ._scope import Scope
 
-__all__ = ["HUB", "Hub", "ServerConfig"]
+__all__ = ["API_ROUTES", "HUB", "Hub", "ServerConfig"]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
@@ -129,3 +130,6 @@ class Hub:
 
 
 HUB = web.AppKey("hub", Hub)
+
+API_ROUTES: web.AppKey[tuple[Route, ...]] = web.AppKey("api_routes")
+"""Every route the app serves (the core table plus extensions'): /openapi.json's source."""

@@ -27,7 +27,14 @@ from ._effects import FileChange
 if TYPE_CHECKING:
     from ._trace import Trace
 
-__all__ = ["DEFAULT_IGNORES", "IgnoreRules", "default_ignores", "load_ignored", "store_ignored"]
+__all__ = [
+    "DEFAULT_IGNORES",
+    "IgnoreRules",
+    "default_ignores",
+    "load_ignored",
+    "split_ignored",
+    "store_ignored",
+]
 
 DEFAULT_IGNORES = (
     "__pycache__/", "*.py[co]", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/",
@@ -92,6 +99,18 @@ class IgnoreRules:
 
 
 _IGNORED = TypeAdapter(list[FileChange])
+
+
+def split_ignored(
+    trace: Trace, head: str, changes: Sequence[FileChange]
+) -> tuple[list[FileChange], list[FileChange]]:
+    """`changes` split into (tracked, ignored) by the ignore rules of `head`'s tree."""
+    rules = IgnoreRules(trace.repo, trace.commit(head).tree)
+    tracked: list[FileChange] = []
+    ignored: list[FileChange] = []
+    for c in changes:
+        (ignored if rules.ignored(c.path) else tracked).append(c)
+    return tracked, ignored
 
 
 def store_ignored(trace: Trace, changes: Sequence[FileChange]) -> str | None:

@@ -4,7 +4,7 @@ Any process working in a fuse scope's directory makes filesystem calls that the
 FUSE layer hands to `LiveWrites` from libfuse's threads, blocking. Each mutating
 call becomes an `fs.op` intent: it is published, decided by the policy chain on
 the coordinator's event loop (`run_coroutine_threadsafe`) and waited for with a
-time limit (`Coordinator.live_timeout`). A denial, or no answer in time, is a
+time limit (`Runtime.live_timeout`). A denial, or no answer in time, is a
 blocked effect in the trace and EACCES for the process; nothing was changed.
 
 Allowed changes are recorded when complete: a file opened for writing becomes one
@@ -26,31 +26,26 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pygit2
 
-from sandboxes import MutationIntent
-from sandboxes._files import leaves, read_entry
+from sandboxes import MutationIntent, Workspace, leaves, read_entry
 
+from ._effect_path import EffectPath
 from ._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
 from ._events import Event
-from ._ignore import store_ignored
-from ._policy import View
+from ._ignore import split_ignored, store_ignored
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
-    from ._scope import Scope
     from ._trace import TreeChanges
 
-__all__ = ["LIVE_TIMEOUT_S", "LiveWrites", "attach_live", "stop_live"]
+__all__ = ["LiveWrites", "attach_live", "stop_live"]
 
 log = logging.getLogger("corral.live")
 T = TypeVar("T")
-
-LIVE_TIMEOUT_S = 10.0
-"""Default time the policy chain has to decide on one live call."""
 
 GRACE_S = 2.0
 """Extra time a FUSE thread waits past the decision limit for the loop itself
@@ -59,17 +54,24 @@ GRACE_S = 2.0
 TIMEOUT_POLICY = "live-timeout"
 
 
-def attach_live(scope: Scope) -> LiveWrites | None:
-    """Connect `scope`'s workspace to its policy chain when the backend intercepts
-    writes; None when it does not."""
-    live = LiveWrites(scope)
-    return live if scope.workspace.intercept(live) else None
+class _Live(Protocol):
+    live: LiveWrites | None
 
 
-async def stop_live(coord: Coordinator) -> None:
+def attach_live(
+    workspace: Workspace, path: EffectPath, is_gone: Callable[[], bool]
+) -> LiveWrites | None:
+    """Connect `workspace` to the policy chain through the scope's effect path
+    when the backend intercepts writes; None when it does not. `is_gone` says
+    whether the scope was discarded (nothing is recorded then)."""
+    live = LiveWrites(workspace, path, is_gone)
+    return live if workspace.intercept(live) else None
+
+
+async def stop_live(scopes: Iterable[_Live]) -> None:
     """Deny further live calls in every scope and wait (bounded) for the decisions
     and records already under way."""
-    lives = [s.live for s in coord.scopes.values() if s.live is not None]
+    lives = [s.live for s in scopes if s.live is not None]
     for live in lives:
         live.closing = True
     for live in lives:
@@ -98,9 +100,12 @@ def _timeout_decision(limit: float) -> Decision:
 class LiveWrites:
     """The `sandboxes.Interceptor` of one fuse scope (its methods run on FUSE threads)."""
 
-    def __init__(self, scope: Scope) -> None:
-        self._scope = scope
-        self._coord = scope._coord
+    def __init__(self, workspace: Workspace, path: EffectPath, is_gone: Callable[[], bool]
+                 ) -> None:
+        self._backing: Path = workspace.backing
+        self._path = path
+        self._rt = path.rt
+        self._is_gone = is_gone
         self._ids = itertools.count(1)
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._guard = threading.Lock()
@@ -124,7 +129,7 @@ class LiveWrites:
                       "methods or workspace.backing", intent.op, intent.path)
             return ("a call through scope.path from the coordinator's own event loop "
                     "cannot be asked (it would wait on itself): use the scope's methods")
-        limit = self._coord.live_timeout
+        limit = self._rt.live_timeout
         ticket = _Ticket()
         fsop = FsOp(op=intent.op, path=intent.path, target=intent.target)
         try:
@@ -149,7 +154,7 @@ class LiveWrites:
     def _from_the_loop(self) -> bool:
         from sandboxes.fuse import caller_thread
 
-        loop_thread = self._coord._loop_thread
+        loop_thread = self._rt.loop_thread
         return loop_thread is not None and caller_thread() == loop_thread
 
     def done(self, intent: MutationIntent, /) -> None:
@@ -170,7 +175,7 @@ class LiveWrites:
     # -- handing work to the loop ---------------------------------------------------
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        loop = self._coord._loop
+        loop = self._rt.loop
         if loop is None or loop.is_closed():
             coro.close()
             raise RuntimeError("no event loop")
@@ -193,7 +198,7 @@ class LiveWrites:
             log.warning("a live change could not be recorded: the coordinator is not running")
             return
         with contextlib.suppress(concurrent.futures.TimeoutError):
-            future.result(self._coord.live_timeout)
+            future.result(self._rt.live_timeout)
 
     async def drain(self, limit: float = 10.0) -> None:
         """Wait for every decision and recording under way (at most `limit` seconds)."""
@@ -207,21 +212,19 @@ class LiveWrites:
     async def _ask(
         self, intent: MutationIntent, fsop: FsOp, ticket: _Ticket, limit: float
     ) -> str | None:
-        scope, coord = self._scope, self._coord
+        path, rt = self._path, self._rt
         pending = Effect(
-            id=f"{scope.name}#live-{next(self._ids)}", scope=scope.name, seq=scope._seq,
-            parent=scope.head, status="pending", intent=fsop,
+            id=f"{path.name}#live-{next(self._ids)}", scope=path.name, seq=path.seq,
+            parent=path.head, status="pending", intent=fsop,
         )
-        coord._pending[pending.id] = pending
-        coord.events.publish(Event("intent", pending))
+        rt.pending[pending.id] = pending
+        rt.events.publish(Event("intent", pending))
         try:
             if ticket.abandoned:
                 decision = _timeout_decision(limit)
             else:
                 try:
-                    decision = await asyncio.wait_for(
-                        coord.chain.decide(fsop, View(coord, pending)), limit
-                    )
+                    decision = await asyncio.wait_for(path.ask(pending, fsop), limit)
                 except TimeoutError:
                     decision = _timeout_decision(limit)
             if decision.verdict == "rewrite":
@@ -234,8 +237,8 @@ class LiveWrites:
                     decision = _timeout_decision(limit)
                 ticket.decision = decision
             decided = pending.model_copy(update={"decision": decision})
-            coord.events.publish(Event("decision", decided))
-            coord.metrics.decision(fsop.kind, decision.verdict)
+            rt.events.publish(Event("decision", decided))
+            rt.metrics.decision(fsop.kind, decision.verdict)
             if decision.verdict != "allow":
                 await self._commit(fsop, decision, None, [], blocked=True)
                 return decision.reason or f"blocked by {decision.policy}"
@@ -246,7 +249,7 @@ class LiveWrites:
                     self._calls[intent] = (decision, pending.id)
             return None
         finally:
-            coord._pending.pop(pending.id, None)
+            rt.pending.pop(pending.id, None)
 
     async def _commit(
         self,
@@ -259,18 +262,18 @@ class LiveWrites:
     ) -> None:
         """Commit one effect: a blocked `fsop`, a completed `fsop` with the changes under
         `paths`, or (fsop None) an `fs.write` of the closed file `paths[0]`."""
-        scope, coord = self._scope, self._coord
-        async with scope._lock:
-            if scope.discarded or coord._lockfile is None:
+        path, rt = self._path, self._rt
+        async with path.lock:
+            if self._is_gone() or not rt.open:
                 return
             if blocked:
                 changes: TreeChanges = {}
                 intent: Intent | None = fsop
                 outcome: FsOutcome | None = None
             else:
-                tracked, ignored, kept = await coord.io(self._changes, paths)
+                tracked, ignored, kept = await rt.io(self._changes, paths)
                 outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(ignored),
-                                    ignored_files=store_ignored(coord.trace, kept))
+                                    ignored_files=store_ignored(rt.trace, kept))
                 changes = {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
                 intent = fsop
                 if fsop is None:
@@ -278,7 +281,7 @@ class LiveWrites:
                     if not written and paths[0] not in ignored:
                         return  # closed without a change: nothing to record
                     blob, mode = (written[0].blob, written[0].mode) if written else (
-                        await coord.io(self._blob_of, paths[0]))
+                        await rt.io(self._blob_of, paths[0]))
                     if blob is None:
                         return
                     intent = FsWrite(path=paths[0], blob=blob, mode=mode)
@@ -286,19 +289,19 @@ class LiveWrites:
             decision = decision or Decision(
                 verdict="allow", policy="live", reason="through a file handle allowed earlier"
             )
-            effect = scope._next_effect(
+            effect = path.next_effect(
                 intent, cause=cause, status="blocked" if blocked else "materialized",
                 decision=decision, outcome=outcome,
             )
-            await scope._record(effect, changes)
+            await path.record(effect, changes)
 
     # -- reading the backing tree (coordinator threads) -----------------------------
 
     def _blob_of(self, path: str) -> tuple[str | None, int]:
-        entry = read_entry(self._scope.workspace.backing / path)
+        entry = read_entry(self._backing / path)
         if entry is None:
             return None, 0o100644
-        return self._coord.trace.write_blob(entry[1]), entry[0]
+        return self._rt.trace.write_blob(entry[1]), entry[0]
 
     def _changes(
         self, paths: list[str]
@@ -306,9 +309,9 @@ class LiveWrites:
         """The files under `paths` that differ between the scope's head tree and the
         backing tree, split into tracked changes and ignored paths, and the
         ignored files' changes (those outside `.git`: kept beside the tree)."""
-        scope, trace = self._scope, self._coord.trace
-        root = scope.workspace.backing
-        head = trace.tree_of(scope.head)
+        trace, root = self._rt.trace, self._backing
+        head_commit = self._path.head
+        head = trace.tree_of(head_commit)
         found: dict[str, FileChange] = {}
         for top in paths:
             if not top or top == ".":
@@ -328,7 +331,8 @@ class LiveWrites:
                 found[rel] = FileChange(path=rel, blob=trace.write_blob(data), mode=mode)
         changes = [found[k] for k in sorted(found)]
         git_meta = [c for c in changes if c.path.split("/", 1)[0] == ".git"]
-        tracked, ignored = scope._split_ignored([c for c in changes if c not in git_meta])
+        tracked, ignored = split_ignored(trace, head_commit,
+                                         [c for c in changes if c not in git_meta])
         return tracked, [c.path for c in (*ignored, *git_meta)], ignored
 
 

@@ -4,9 +4,9 @@ in one process, as in tests and benchmarks, do not collide)."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager as ContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -15,7 +15,8 @@ from prometheus_client.registry import Collector
 from ._effects import ModelOutcome
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from sandboxes import Workspace
+
     from ._events import Event, EventBus
     from ._journal import Journal
 
@@ -25,6 +26,19 @@ _LATENCY_BUCKETS = (
     0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
     0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10,
 )
+
+
+class Layered(Protocol):
+    """What the metrics read of a scope: its name, whether it is gone, its layer."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def discarded(self) -> bool: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
 
 
 class Metrics:
@@ -129,10 +143,12 @@ class Metrics:
             if n:
                 self.model_tokens.labels(kind).inc(n)
 
-    def scope_count(self, coord: Coordinator) -> None:
-        self.active_scopes.set(sum(1 for s in coord.scopes.values() if not s.discarded))
+    def scope_count(self, scopes: Mapping[str, Layered]) -> None:
+        """Set the live-scopes gauge; the first call also exports each live
+        scope's layer size from `scopes` (a registry kept up to date)."""
+        self.active_scopes.set(sum(1 for s in scopes.values() if not s.discarded))
         if self._layers is None:
-            self._layers = _LayerBytes(coord)
+            self._layers = _LayerBytes(scopes)
             self.registry.register(self._layers)
 
 
@@ -140,8 +156,8 @@ class _LayerBytes(Collector):
     """`corral_layer_bytes{scope}`: bytes held in each live scope's own layer,
     measured when Prometheus scrapes (never on the agents' path)."""
 
-    def __init__(self, coord: Coordinator) -> None:
-        self._coord = weakref.ref(coord)
+    def __init__(self, scopes: Mapping[str, Layered]) -> None:
+        self._scopes = weakref.ref(scopes)
 
     def describe(self) -> list[GaugeMetricFamily]:
         return [GaugeMetricFamily("corral_layer_bytes", "Bytes held in a scope's own layer",
@@ -150,8 +166,8 @@ class _LayerBytes(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("corral_layer_bytes", "Bytes held in a scope's own layer",
                                    labels=["scope"])
-        coord = self._coord()
-        for scope in list(coord.scopes.values()) if coord is not None else []:
+        scopes = self._scopes()
+        for scope in list(scopes.values()) if scopes is not None else []:
             if scope.discarded:
                 continue
             try:

@@ -9,17 +9,12 @@ blocks the intent (fail closed) with the error as the reason.
 from __future__ import annotations
 
 import importlib
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ._effects import Decision, Effect, Intent
-
-if TYPE_CHECKING:
-    from ._coordinator import Coordinator
-    from ._trace import Trace
+from ._effects import Decision, Intent
+from ._view import ScopeInfo, View
 
 __all__ = [
     "Policy",
@@ -60,52 +55,6 @@ async def allow_all(intent: Intent, view: View, /) -> Decision | None:
     return allow()
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeInfo:
-    name: str
-    head: str
-    parent: str | None
-    fork_point: str
-    backend: str
-
-
-class View:
-    """Read-only access to the coordinator's state for a policy deciding on
-    one proposal (`effect` is the pending record, `scope` its scope's name)."""
-
-    def __init__(self, coord: Coordinator, effect: Effect) -> None:
-        self._coord = coord
-        self.effect = effect
-        self.scope = effect.scope
-        self.notes: list[str] = []
-        """Remarks of policies that abstained (a reviewer that timed out, a gate
-        approval); the chain appends them to the final decision's reason."""
-
-    def note(self, text: str) -> None:
-        """Record a remark in the final decision without deciding."""
-        self.notes.append(text)
-
-    def scopes(self) -> list[ScopeInfo]:
-        """Every live scope."""
-        return [s.info() for s in self._coord.scopes.values() if not s.discarded]
-
-    def pending(self) -> list[Effect]:
-        """Intents proposed and not yet decided or materialized, in every scope."""
-        return list(self._coord._pending.values())
-
-    async def read(self, scope: str, path: str) -> bytes | None:
-        """The file at `path` in `scope`'s head tree, or None."""
-        return await self._coord.scope(scope)._read_committed(path)
-
-    @property
-    def trace(self) -> Trace:
-        """The trace (read it; do not write)."""
-        return self._coord.trace
-
-
-PolicyFn = Callable[[Intent, View], Awaitable[Decision | None]]
-
-
 def _name(policy: object) -> str:
     return str(
         getattr(policy, "name", None)
@@ -125,15 +74,13 @@ class PolicyChain:
         self.policies.append(policy)
 
     async def decide(self, intent: Intent, view: View) -> Decision:
-        start = time.perf_counter()
+        """The first non-abstaining policy's decision (allow when all abstain),
+        with the remarks policies noted on `view` appended to its reason."""
         decision = await self._decide(intent, view)
         notes = getattr(view, "notes", None)
         if notes:
             reason = "; ".join(r for r in (decision.reason, *notes) if r)
             decision = decision.model_copy(update={"reason": reason})
-        metrics = getattr(getattr(view, "_coord", None), "metrics", None)
-        if metrics is not None:
-            metrics.review_seconds.labels(intent.kind).observe(time.perf_counter() - start)
         return decision
 
     async def _decide(self, intent: Intent, view: View) -> Decision:

@@ -131,7 +131,6 @@ class ReviewerPool:
             except (binascii.Error, ValueError):
                 return Decision(verdict="block", policy=policy,
                                 reason=f"reviewer {reviewer.name} sent invalid base64")
-            coord = view._coord
-            blob = await coord.io(coord.trace.write_blob, data)
+            blob = await view.store(data)
             new = new.model_copy(update={"blob": blob})
         return Decision(verdict="rewrite", rewritten=new, reason=a.reason, policy=policy)

@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from . import control
 from ._api import (
     BadRequest,
     BlobOut,
@@ -46,26 +47,15 @@ from ._api import (
 )
 from ._auth import Forbidden, Principal, Tokens
 from ._effect_path import Result
-from ._effects import (
-    Exec,
-    ExecOutcome,
-    FsDelete,
-    FsWrite,
-    Intent,
-    Message,
-    NoOutcome,
-    Outcome,
-    SupervisorAction,
-)
+from ._effects import Exec, ExecOutcome, Intent
 from ._errors import NotFound
 from ._gate import Held
-from ._hub import HUB, Hub
+from ._hub import API_ROUTES, HUB, Hub
 from ._openapi import Query, Route
-from ._patch import for_one_file
 from ._policy import ScopeInfo
 from ._scope import Scope
 from ._streams import events, reviewers
-from ._trace import TraceEntry, TreeChanges
+from ._trace import TraceEntry
 
 __all__ = ["ROUTES"]
 
@@ -117,16 +107,6 @@ def _result(r: Result) -> ResultOut:
                      verdict=d.verdict if d else None, effect=r.effect)
 
 
-async def _noop(_: Intent) -> tuple[Outcome, TreeChanges]:
-    return NoOutcome(), {}
-
-
-async def _control(hub: Hub, scope: Scope, action: str, detail: dict[str, object]) -> Result:
-    """Record a supervisor's control action as a `decision` effect on the scope."""
-    intent = SupervisorAction(action=action, target=scope.name, detail=detail)  # type: ignore[arg-type]
-    return await scope.perform(intent, _noop)
-
-
 # -- service ------------------------------------------------------------------
 
 
@@ -137,7 +117,6 @@ async def health(request: web.Request) -> web.Response:
 
 async def openapi_json(request: web.Request) -> web.Response:
     from ._openapi import openapi
-    from ._server import API_ROUTES
 
     routes = request.app[API_ROUTES]  # the core's ROUTES and the extensions'
     return web.json_response(openapi(routes))
@@ -252,23 +231,20 @@ async def review(request: web.Request) -> web.Response:
     out (see `EffectPath.review`)."""
     hub, _, scope = _scope(request)
     req = await _body(request, ReviewRequest)
-    trace = hub.c.trace
     intent: Intent
     cause: str | None
     if req.write is not None:
         w = req.write
-        path, data = scope._writable(w.path), w.content
-        intent = FsWrite(path=path, blob=await hub.c.io(trace.write_blob, data), mode=w.mode)
-        cause = w.cause
+        intent, cause = await scope.write_intent(w.path, w.content, mode=w.mode), w.cause
     elif req.patch is not None:
         p = req.patch
-        raw = p.diff.encode()
-        if p.path is not None:
-            raw = for_one_file(scope._writable(p.path), raw)
-        intent = await hub.c.io(scope._patch_intent, raw, p.path is not None, p.three_way)
+        if p.path is None:
+            intent = await scope.patch_intent(p.diff, three_way=p.three_way)
+        else:
+            intent = await scope.patch_intent(p.path, p.diff, three_way=p.three_way)
         cause = p.cause
     elif req.delete is not None:
-        intent, cause = FsDelete(path=scope._writable(req.delete.path)), req.delete.cause
+        intent, cause = scope.delete_intent(req.delete.path), req.delete.cause
     else:
         assert req.exec is not None
         e = req.exec
@@ -282,18 +258,12 @@ async def review(request: web.Request) -> web.Response:
 async def rewind(request: web.Request) -> web.Response:
     hub, who, scope = _scope(request)
     req = await _body(request, RewindRequest)
-    cause = req.cause
-    to, steps = req.to, req.steps
-    if who.admin and scope.name != "root":
-        # Resolve the target first: the control record must not count as a step.
-        to = await hub.c.io(scope._rewind_target, to, steps)
-        steps = None
-        done = await _control(hub, scope, "rewind", {"to": to})
-        if not done.ok:
-            return _json(_result(done))
-        cause = cause or done.effect.id
     with hub.timed("scope.rewind"):
-        r = await scope.rewind(to, steps=steps, cause=cause)
+        if who.admin and scope.name != "root":
+            steered = await control.rewind(scope, req.to, steps=req.steps, cause=req.cause)
+            r = steered.result or steered.decision
+        else:
+            r = await scope.rewind(req.to, steps=req.steps, cause=req.cause)
     return _json(_result(r))
 
 
@@ -322,14 +292,14 @@ async def discard(request: web.Request) -> web.Response:
     req = await _body(request, DiscardRequest)
     if scope.name == "root":
         raise BadRequest("the root scope cannot be discarded")
-    cause = req.cause
-    if who.admin:
-        done = await _control(hub, scope, "discard", {})
-        if not done.ok:
-            return _json(_result(done))
-        cause = cause or done.effect.id
     with hub.timed("scope.discard"):
-        r = await scope.discard(cause=cause)
+        if who.admin:
+            steered = await control.discard(scope, cause=req.cause)
+            if not steered.decision.ok:
+                return _json(_result(steered.decision))
+            r = steered.result
+        else:
+            r = await scope.discard(cause=req.cause)
     if r is None:  # discarded meanwhile by another request
         return await _discarded(hub, scope.head)
     return _json(_result(r))
@@ -355,22 +325,11 @@ async def take_messages(request: web.Request) -> web.Response:
     return _json(MessagesOut(messages=scope.take_messages()))
 
 
-async def _deliver(hub: Hub, scope: Scope, text: str, sender: str) -> Result:
-    intent = SupervisorAction(action="inject", target=scope.name,
-                              detail={"text": text, "sender": sender})
-
-    async def act(_: Intent) -> tuple[Outcome, TreeChanges]:
-        scope.inbox.append(Message(to=scope.name, text=text, sender=sender))
-        return NoOutcome(), {}
-
-    return await scope.perform(intent, act)
-
-
 async def inject(request: web.Request) -> web.Response:
-    hub, who, scope = _scope(request)
+    _, who, scope = _scope(request)
     Tokens.require_admin(who)
     req = await _body(request, InjectRequest)
-    return _json(_result(await _deliver(hub, scope, req.text, req.sender)))
+    return _json(_result(await control.inject(scope, req.text, sender=req.sender)))
 
 
 async def handoff(request: web.Request) -> web.Response:
@@ -378,13 +337,10 @@ async def handoff(request: web.Request) -> web.Response:
     Tokens.require_admin(who)
     req = await _body(request, HandoffRequest)
     source = hub.scope(who, req.source)
-    done = await _control(hub, scope, "handoff", {"from": source.name, "head": source.head})
-    if not done.ok:
-        raise BadRequest(f"the handoff was blocked: {done.reason}")
-    m = await scope.merge(source, strategy="theirs", cause=done.effect.id)
-    if m.commit is not None and req.note:
-        await _deliver(hub, scope, req.note, "supervisor")
-    return _json(MergeResponse.of(m))
+    done = await control.handoff(scope, source, strategy="theirs", note=req.note or "")
+    if done.merge is None:
+        raise BadRequest(f"the handoff was blocked: {done.decision.reason}")
+    return _json(MergeResponse.of(done.merge))
 
 
 # -- trace --------------------------------------------------------------------

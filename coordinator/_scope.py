@@ -1,9 +1,11 @@
 """A scope: one agent's isolated, forkable workspace and its branch in the trace.
 
-Every operation goes through one path: propose the intent (published to
-observers), ask the policy chain, materialize in the workspace, commit to the
-trace, move the ref, and only then return. The effects of one scope are
-serialized by its lock; different scopes run concurrently.
+A scope is composed of its workspace (a sandbox), its effect path (lock, seq,
+head: every operation goes through it: propose, decide, act, commit, answer)
+and the runtime it shares with the other scopes. It turns each operation into
+an intent and a world action; rewind and merge are the functions of
+`_history` over its state. The effects of one scope are serialized by its
+lock; different scopes run concurrently.
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxes import Change, TreeTooDeep, Workspace, apply_changes, check_hidden, default_env
+from sandboxes import Workspace, default_env
 
-from ._effect_path import EffectPath, InThread, Result, _Blocked
+from . import _file_effects as file_effects
+from . import _history as history
+from ._commands import exec_intent, run_command
+from ._effect_path import Act, ActInput, EffectPath, InThread, Result
 from ._effects import (
     Decision,
     Effect,
-    Exec,
-    ExecOutcome,
-    FileChange,
     FsDelete,
-    FsOutcome,
     FsPatch,
     FsWrite,
     Intent,
+    MergeStrategy,
     Message,
     NoOutcome,
     Outcome,
@@ -35,25 +37,22 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
-    ExecError,
-    NotFound,
-    PatchError,
+    MergeError,
     PathError,
     RewindError,
     SandboxFailure,
     ScopeDiscarded,
 )
 from ._events import Event
-from ._history import History
-from ._ignore import IgnoreRules, store_ignored
 from ._live import LiveWrites, attach_live
-from ._patch import apply_patch, for_one_file, trace_blobs, workspace_files
+from ._merge import MergeResult, Resolver
+from ._patch import for_one_file, workspace_files
 from ._paths import check_path, check_scope_name, resolve_in
-from ._policy import ScopeInfo
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
+from ._view import ScopeInfo
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from ._runtime import Runtime
 
 __all__ = ["Scope"]
 
@@ -63,12 +62,12 @@ _INLINE_BYTES = 64 * 1024
 """Blobs and file reads up to this size are done on the event loop's thread."""
 
 
-class Scope(EffectPath, History):
+class Scope:
     """One agent's scope. Create scopes with `Scope.fork`, never directly."""
 
     def __init__(
         self,
-        coord: Coordinator,
+        runtime: Runtime,
         name: str,
         workspace: Workspace,
         head: str,
@@ -76,20 +75,20 @@ class Scope(EffectPath, History):
         parent: str | None,
         seq: int,
     ) -> None:
-        self._coord = coord
+        self.runtime = runtime
         self.name = name
         self.workspace = workspace
-        self.head = head
         self.fork_point = fork_point
         """The first commit of this scope's branch: rewinds cannot go before it."""
         self.parent = parent
         self.discarded = False
         self.inbox: list[Message] = []
-        self.touched: frozenset[str] | None = frozenset() if head == fork_point else None
-        """Paths changed on this branch since its fork point (a superset: a path
-        changed back stays in), kept by the effect path; None when unknown."""
-        self._seq = seq
-        self._lock = asyncio.Lock()
+        self.effect_path = EffectPath(
+            runtime, name, head, seq,
+            touched=frozenset() if head == fork_point else None,
+            check_live=self._check_live,
+        )
+        """Where every effect of this scope goes: its lock, next seq and head."""
         self._remounting: asyncio.Future[None] | None = None
         """Set while a fork freezes this workspace (unmount, move the upper,
         remount): reads wait for it, or they would find an empty directory."""
@@ -97,10 +96,28 @@ class Scope(EffectPath, History):
         self._reads_done: asyncio.Future[None] | None = None
         # The coordinator's own reads and writes go to `workspace.backing`; on a
         # backend that intercepts `path` (fuse), calls made there are asked here.
-        self.live: LiveWrites | None = attach_live(self)
+        self.live: LiveWrites | None = attach_live(workspace, self.effect_path,
+                                                   lambda: self.discarded)
 
     def __repr__(self) -> str:
         return f"<Scope {self.name} at {self.head[:12]}{' discarded' if self.discarded else ''}>"
+
+    @property
+    def head(self) -> str:
+        """The commit of this scope's latest effect."""
+        return self.effect_path.head
+
+    @property
+    def touched(self) -> frozenset[str] | None:
+        """Paths changed on this branch since its fork point (a superset: a path
+        changed back stays in), kept by the effect path; None when unknown."""
+        return self.effect_path.touched
+
+    def remember_touched(self, head: str, paths: frozenset[str]) -> None:
+        """Keep `paths` (computed from the trees at `head`) as the touched paths,
+        unless the head moved meanwhile."""
+        if self.effect_path.head == head:
+            self.effect_path.touched = paths
 
     @property
     def path(self) -> Path:
@@ -108,15 +125,42 @@ class Scope(EffectPath, History):
         return self.workspace.path
 
     def info(self) -> ScopeInfo:
-        return ScopeInfo(
-            self.name, self.head, self.parent, self.fork_point, self._coord.backend.name
-        )
+        return ScopeInfo(self.name, self.head, self.parent, self.fork_point,
+                         self.runtime.backend, self.touched)
 
     def _check_live(self) -> None:
         if self.discarded:
             raise ScopeDiscarded(f"scope {self.name!r} was discarded")
 
     # -- the one path -------------------------------------------------------------
+
+    async def perform(
+        self, intent: Intent, act: Act, *, cause: str | None = None
+    ) -> Result:
+        """Propose `intent`, let the policy chain decide, and if allowed run `act`
+        (the world action: it gets an `ActInput` and returns the outcome and
+        tree changes), commit, and return. A blocked intent returns a Result
+        whose `reason` says why; an exception of `act` is recorded as a failed
+        effect and raised again."""
+        return await self.effect_path.perform(intent, act, cause=cause)
+
+    async def record(self, intent: Intent, outcome: Outcome, *, cause: str | None = None
+                     ) -> Result:
+        """Record an effect that has no world action here (a tool call the
+        agent ran, a decision): `intent` goes through the policy chain like any
+        other and, if allowed, is committed with `outcome` (no file changes)."""
+
+        async def recorded(_: ActInput) -> tuple[Outcome, TreeChanges]:
+            return outcome, {}
+
+        return await self.effect_path.perform(intent, recorded, cause=cause)
+
+    async def review(self, intent: Intent, *, cause: str | None = None) -> Result:
+        """Put `intent` to the policy chain without carrying it out: for an agent that acts
+        outside Corral (a Claude Code hook asks before its tool runs). The effect is
+        recorded with the decision and status `allowed`, `rewritten` or `blocked`, and a
+        commit that changes no file; observers see it like any other intent."""
+        return await self.effect_path.review(intent, cause=cause)
 
     async def read(self, path: str) -> bytes:
         """The current content of `path` in the workspace.
@@ -149,7 +193,7 @@ class Scope(EffectPath, History):
         """Run a workspace read on a thread; a fork waits for it before it remounts."""
         self._thread_reads += 1
         try:
-            return await self._coord.io(fn)
+            return await self.runtime.io(fn)
         finally:
             self._thread_reads -= 1
             if self._thread_reads == 0 and self._reads_done is not None:
@@ -164,21 +208,10 @@ class Scope(EffectPath, History):
             while self._thread_reads:
                 self._reads_done = self._reads_done or loop.create_future()
                 await asyncio.shield(self._reads_done)
-            return await self._coord.io(self.workspace.fork, name)
+            return await self.runtime.io(self.workspace.fork, name)
         finally:
             self._remounting.set_result(None)
             self._remounting = None
-
-    async def _read_committed(self, path: str) -> bytes | None:
-        trace = self._coord.trace
-
-        def read() -> bytes | None:
-            try:
-                return trace.read(self.head, check_path(path))
-            except NotFound:
-                return None
-
-        return await self._coord.io(read)
 
     async def listdir(self, path: str = "") -> list[str]:
         """Names in a workspace directory (sorted); '' is the root."""
@@ -190,25 +223,29 @@ class Scope(EffectPath, History):
 
     # -- file effects -------------------------------------------------------------
 
+    async def write_intent(self, path: str, data: bytes, *, mode: int = 0o100644) -> FsWrite:
+        """The intent of writing `data` to `path` (its blob stored), as `write`
+        proposes it. Raises PathError for a bad path or mode."""
+        path = self.writable(path)
+        if mode not in (0o100644, 0o100755):
+            raise PathError(f"mode {oct(mode)} is not a file mode (use 0o100644 or 0o100755)")
+        data = bytes(data)
+        trace = self.runtime.trace
+        # A small blob is quicker written here than the round trip to a thread.
+        blob = (
+            trace.write_blob(data) if len(data) <= _INLINE_BYTES
+            else await self.runtime.io(trace.write_blob, data)
+        )
+        return FsWrite(path=path, blob=blob, mode=mode)
+
     async def write(
         self, path: str, data: bytes, *, mode: int = 0o100644, cause: str | None = None
     ) -> Result:
         """Write `data` to `path` (creating directories). Returns the Result;
         raises PathError for a bad path."""
-        path = self._writable(path)
-        if mode not in (0o100644, 0o100755):
-            raise PathError(f"mode {oct(mode)} is not a file mode (use 0o100644 or 0o100755)")
-        data = bytes(data)
-        trace = self._coord.trace
-        # A small blob is quicker written here than the round trip to a thread.
-        blob = (
-            trace.write_blob(data) if len(data) <= _INLINE_BYTES
-            else await self._coord.io(trace.write_blob, data)
-        )
-        return await self.perform(
-            FsWrite(path=path, blob=blob, mode=mode),
-            InThread(self._files_act, inline=len(data) <= _INLINE_BYTES),
-            cause=cause,
+        intent = await self.write_intent(path, data, mode=mode)
+        return await self.effect_path.perform(
+            intent, InThread(self._files_act, inline=len(data) <= _INLINE_BYTES), cause=cause,
         )
 
     async def patch(
@@ -232,106 +269,66 @@ class Scope(EffectPath, History):
         does not apply, PathError when it would write a bad path.
         """
         self._check_live()
+        path, raw = self._patch_args(path_or_diff, diff)
+        if path is not None and b"\n--- /dev/null" not in b"\n" + raw \
+                and workspace_files(self.workspace.backing)(path) is None:
+            raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
+        effects = self.effect_path
+        async with effects.lock:
+            self._check_live()
+            intent = await self.runtime.io(self._patch_intent, raw, path is not None, three_way)
+            size = sum(1 for c in intent.changes if c.blob is not None)
+            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= _INLINE_BYTES)
+            return await effects.run(intent, act, cause=cause)
+
+    def _patch_args(self, path_or_diff: str | bytes, diff: str | bytes | None
+                    ) -> tuple[str | None, bytes]:
         if diff is None:
             path, text = None, path_or_diff
         else:
-            path, text = self._writable(str(path_or_diff)), diff
+            path, text = self.writable(str(path_or_diff)), diff
         raw = text.encode() if isinstance(text, str) else bytes(text)
-        if path is not None:
-            raw = for_one_file(path, raw)
-            if b"\n--- /dev/null" not in b"\n" + raw \
-                    and workspace_files(self.workspace.backing)(path) is None:
-                raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
-        async with self._lock:
-            self._check_live()
-            intent = await self._coord.io(self._patch_intent, raw, path is not None, three_way)
-            size = sum(1 for c in intent.changes if c.blob is not None)
-            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= _INLINE_BYTES)
-            return await self._perform(intent, act, cause=cause)
+        return path, (for_one_file(path, raw) if path is not None else raw)
+
+    async def patch_intent(
+        self, path_or_diff: str | bytes, diff: str | bytes | None = None, *,
+        three_way: bool = False,
+    ) -> FsPatch:
+        """The intent `patch` would propose for the same arguments: every file
+        the patch changes, as git apply leaves them (blobs stored). Raises
+        PatchError when it does not apply, PathError for a bad path."""
+        path, raw = self._patch_args(path_or_diff, diff)
+        return await self.runtime.io(self._patch_intent, raw, path is not None, three_way)
 
     def _patch_intent(self, raw: bytes, one_file: bool, three_way: bool) -> FsPatch:
-        """The intent of patch `raw`: every file it changes, as git apply leaves
-        them (blobs written). Raises PatchError when it does not apply."""
-        trace = self._coord.trace
-        files = apply_patch(raw, workspace_files(self.workspace.backing), three_way=three_way,
-                            unidiff_zero=one_file, blob=trace_blobs(trace))
-        if not files:
-            raise PatchError("the patch changes nothing")
-        changes = tuple(
-            FileChange(path=self._writable(f.path),
-                       blob=trace.write_blob(f.data) if f.data is not None else None,
-                       mode=f.mode)
-            for f in files
-        )
-        first = changes[0]
-        return FsPatch(path=first.path, diff=trace.write_blob(raw), blob=first.blob,
-                       mode=first.mode, changes=changes, three_way=three_way)
+        return file_effects.patch_intent(self.runtime.trace, self.workspace.backing,
+                                         self.writable, raw, one_file, three_way)
+
+    def delete_intent(self, path: str) -> FsDelete:
+        """The intent of deleting `path`. Raises PathError for a bad path."""
+        return FsDelete(path=self.writable(path))
 
     async def delete(self, path: str, *, cause: str | None = None) -> Result:
         """Delete the file `path`. Raises FileNotFoundError when it does not exist."""
-        path = self._writable(path)
-        target = resolve_in(self.workspace.backing, path, follow_last=False)
+        intent = self.delete_intent(path)
+        target = resolve_in(self.workspace.backing, intent.path, follow_last=False)
         if not target.is_symlink() and not target.is_file():
-            raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
-        return await self.perform(
-            FsDelete(path=path), InThread(self._files_act, inline=True), cause=cause
+            raise FileNotFoundError(f"no file {intent.path!r} in scope {self.name!r}")
+        return await self.effect_path.perform(
+            intent, InThread(self._files_act, inline=True), cause=cause
         )
 
-    def _writable(self, path: str) -> str:
+    def writable(self, path: str) -> str:
+        """`path` checked as a path this scope may write (normalized). Raises
+        ScopeDiscarded, PathError (bad, or through a symlink out of the workspace)."""
         self._check_live()
         path = check_path(path)
         resolve_in(self.workspace.backing, path, follow_last=False)
         return path
 
-    def _mode_of(self, path: str) -> int:
-        target = resolve_in(self.workspace.backing, path, follow_last=False)
-        return 0o100755 if target.stat().st_mode & 0o111 else 0o100644
-
-    def _files_act(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
-        match intent:
-            case FsPatch() if intent.changes:
-                # a rewrite may have replaced `path`'s content; deletions go first
-                # (a file may give way to a directory of the same name)
-                changes = sorted(
-                    (FileChange(path=c.path, blob=intent.blob, mode=intent.mode)
-                     if c.path == intent.path else c for c in intent.changes),
-                    key=lambda c: c.blob is not None,
-                )
-            case FsWrite() | FsPatch():
-                changes = [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
-            case FsDelete():
-                changes = [FileChange(path=intent.path, blob=None)]
-            case _:
-                raise CorralError(f"not a file intent: {intent.kind}")
-        return self._materialize(changes)
-
-    def _materialize(self, changes: Sequence[FileChange]) -> tuple[FsOutcome, TreeChanges]:
-        """Write `changes` into the workspace; the tracked ones become tree changes."""
-        trace = self._coord.trace
-        for c in changes:  # re-check: a symlink could have appeared since the proposal
-            resolve_in(self.workspace.backing, c.path, follow_last=False)
-        try:
-            apply_changes(
-                self.workspace.backing,
-                [Change(c.path, trace.blob(c.blob) if c.blob else None, c.mode) for c in changes],
-            )
-        except OSError as e:
-            raise SandboxFailure(f"could not write to the workspace: {e}", cause=e) from e
-        tracked, ignored = self._split_ignored(changes)
-        outcome = FsOutcome(changes=tuple(tracked), ignored=tuple(c.path for c in ignored),
-                            ignored_files=store_ignored(trace, ignored))
-        return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
-
-    def _split_ignored(
-        self, changes: Sequence[FileChange]
-    ) -> tuple[list[FileChange], list[FileChange]]:
-        trace = self._coord.trace
-        rules = IgnoreRules(trace.repo, trace.commit(self.head).tree)
-        tracked: list[FileChange] = []
-        ignored: list[FileChange] = []
-        for c in changes:
-            (ignored if rules.ignored(c.path) else tracked).append(c)
-        return tracked, ignored
+    def _files_act(self, given: ActInput) -> tuple[Outcome, TreeChanges]:
+        return file_effects.materialize(self.runtime.trace, self.workspace.backing, given.head,
+                                        file_effects.changes_of(given.intent))
 
     # -- commands -----------------------------------------------------------------
 
@@ -339,7 +336,7 @@ class Scope(EffectPath, History):
         """The environment `exec` gives a command called without `env`: PATH from
         the coordinator's toolchain then the system's, HOME=/tmp, LANG, TMPDIR.
         Extend it rather than the caller's own environment."""
-        return default_env(self._coord.toolchain)
+        return default_env(self.runtime.toolchain)
 
     async def exec(
         self,
@@ -356,109 +353,86 @@ class Scope(EffectPath, History):
 
         Returns the Result; its outcome is an ExecOutcome (exit code, output blobs).
         """
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise ExecError("argv must be a non-empty list of strings")
-        limit = self._coord.exec_limits.timeout_max
-        if not 0 < timeout <= limit:
-            raise ExecError(f"timeout must be in (0, {limit:g}] seconds (the exec limit "
-                            f"timeout_max), not {timeout}")
-        if env is not None and any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
-            raise ExecError("env names must be non-empty, without '=' or NUL")
-        try:
-            check_hidden(self._coord.state, self._coord.toolchain)
-        except ValueError as e:
-            raise ExecError(str(e)) from e
-        intent = Exec(argv=tuple(argv), timeout=float(timeout), network=network,
-                      env=dict(env) if env is not None else None)
-        return await self.perform(intent, self._act_exec, cause=cause)
-
-    async def _act_exec(self, intent: Intent) -> tuple[Outcome, TreeChanges]:
-        assert isinstance(intent, Exec)
-        coord = self._coord
-        trace = coord.trace
-        try:
-            # the env of the intent as decided: a policy may have rewritten it
-            run = await coord.io(
-                self.workspace.run,
-                list(intent.argv),
-                timeout=intent.timeout,
-                env=intent.env,
-                network=intent.network,
-                limits=coord.exec_limits,
-                toolchain=coord.toolchain,
-            )
-        except TreeTooDeep as e:
-            # the command ran, but what it made cannot be recorded (nor even scanned)
-            raise PathError(f"the command made a directory tree too deep to record, so "
-                            f"none of its changes are applied: {e}", cause=e) from e
-        except Exception as e:
-            raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
-
-        def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
-            for c in run.changes:  # what git cannot record is not applied either
-                try:
-                    check_path(c.path)
-                except PathError as e:
-                    raise PathError(f"the command wrote a path that cannot be recorded, so "
-                                    f"none of its changes are applied: {e}", cause=e) from e
-            files = [
-                FileChange(
-                    path=c.path,
-                    blob=trace.write_blob(c.data) if c.data is not None else None,
-                    mode=c.mode,
-                )
-                for c in run.changes
-            ]
-            tracked, ignored = self._split_ignored(files)
-            outcome = ExecOutcome(
-                returncode=run.returncode,
-                stdout=trace.write_blob(run.stdout),
-                stderr=trace.write_blob(run.stderr),
-                timed_out=run.timed_out,
-                duration_s=round(run.duration_s, 6),
-                changes=tuple(tracked),
-                ignored=tuple(c.path for c in ignored),
-                truncated=run.truncated,
-                ignored_files=store_ignored(trace, ignored),
-            )
-            return outcome, tracked, files
-
-        outcome, tracked, files = await coord.io(store)
-        if files:
-            # The second review: the command's file changes, before they land.
-            reviewed = intent.model_copy(update={"changes": tuple(files)})
-            pending = Effect(
-                id=f"{self.name}#{self._seq - 1}",
-                scope=self.name,
-                seq=self._seq - 1,
-                parent=self.head,
-                status="pending",
-                intent=reviewed,
-            )
-            decision = await self._decide(pending, reviewed)
-            outcome = outcome.model_copy(update={"review": decision})
-            if not decision.allowed:
-                raise _Blocked(decision, outcome, reviewed)
-            await coord.io(lambda: apply_changes(self.workspace.backing, list(run.changes)))
-        return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
+        intent = exec_intent(self.runtime, argv, timeout, network, env)
+        return await self.effect_path.perform(
+            intent, lambda given: run_command(self.runtime, self.workspace, given), cause=cause)
 
     # -- messages -----------------------------------------------------------------
 
     async def send(self, to: str, text: str, *, cause: str | None = None) -> Result:
         """Send a message to another scope's inbox (shown to its agent at its next step)."""
-        target = self._coord.scope(to)
+        target = self.runtime.scopes.scope(to)
 
-        async def deliver(intent: Intent) -> tuple[Outcome, TreeChanges]:
-            assert isinstance(intent, Message)
-            target.inbox.append(intent)
+        async def deliver(given: ActInput) -> tuple[Outcome, TreeChanges]:
+            assert isinstance(given.intent, Message)
+            target.inbox.append(given.intent)
             return NoOutcome(), {}
 
-        return await self.perform(Message(to=to, text=text, sender=self.name), deliver, cause=cause)
+        return await self.effect_path.perform(
+            Message(to=to, text=text, sender=self.name), deliver, cause=cause)
 
     def take_messages(self) -> list[Message]:
         """Messages received since the last call, oldest first."""
         messages, self.inbox = self.inbox, []
         return messages
+
+    # -- history ------------------------------------------------------------------
+
+    async def rewind_target(self, to: str | None = None, *, steps: int | None = None) -> str:
+        """The commit `rewind(to, steps=steps)` would go to now. Raises
+        RewindError for a target before the fork point or off the branch,
+        NotFound for an unknown commit."""
+        self._check_live()
+        return await self.runtime.io(history.rewind_target, self.runtime.trace, self.name,
+                                     self.head, self.fork_point, to, steps)
+
+    async def rewind(
+        self, to: str | None = None, *, steps: int | None = None, cause: str | None = None
+    ) -> Result:
+        """Move this scope back to an earlier commit of its branch: the workspace
+        becomes exactly that commit's tree. Give `to` (a commit id) or `steps`
+        (effects back along the branch).
+
+        Raises RewindError for a target before the fork point or off the branch,
+        NotFound for an unknown commit.
+        """
+        if (to is None) == (steps is None):
+            raise RewindError("give exactly one of `to` or `steps`")
+        if steps is not None and steps < 0:
+            raise RewindError("steps must be >= 0")
+        async with self.effect_path.lock:
+            self._check_live()
+            return await history.rewind(self.effect_path, self.workspace.backing,
+                                        self.fork_point, to, steps, cause)
+
+    async def merge(
+        self,
+        other: Scope | str,
+        *,
+        strategy: MergeStrategy = "fail",
+        dry_run: bool = False,
+        resolver: Resolver | None = None,
+        cause: str | None = None,
+    ) -> MergeResult:
+        """Three-way merge of `other`'s branch into this scope (merge base = their
+        real merge base, usually the fork point), committed with two parents.
+
+        Returns a MergeResult. With strategy "fail" and conflicts, nothing is
+        merged and `.conflicts` says where, with each side's writing effect.
+        `dry_run` computes the same result and writes nothing. Raises
+        ScopeDiscarded when either scope is discarded.
+        """
+        theirs = self.runtime.scopes.scope(other) if isinstance(other, str) else other
+        if theirs.discarded:
+            raise ScopeDiscarded(f"cannot merge discarded scope {theirs.name!r}")
+        if theirs is self:
+            raise MergeError("cannot merge a scope into itself")
+        if strategy not in ("fail", "ours", "theirs", "union"):
+            raise MergeError(f"unknown merge strategy {strategy!r}")
+        async with self.effect_path.lock:
+            self._check_live()
+            return await history.merge(self.effect_path, self.workspace.backing, theirs.name,
+                                       theirs.head, strategy, dry_run, resolver, cause)
 
     # -- scope operations ---------------------------------------------------------
 
@@ -469,31 +443,29 @@ class Scope(EffectPath, History):
         Raises ScopeExists when `name` is taken, PathError for a bad name,
         RewindError when `at` is not in this scope's history.
         """
-        coord = self._coord
         check_scope_name(name)
         # Claim the name before any await: two parents forking the same name at
         # once hold different scope locks, and only one of them may win.
-        with coord._claim_name(name):
+        with self.runtime.scopes.claim(name):
             return await self._fork(name, at)
 
     async def _fork(self, name: str, at: str | None) -> Scope:
-        coord = self._coord
-        async with self._lock:
+        rt = self.runtime
+        trace = rt.trace
+        async with self.effect_path.lock:
             self._check_live()
             head = self.head
             if at is not None:
-                at = str((await coord.io(coord.trace.commit, at)).id)
-                if not await coord.io(coord.trace.is_ancestor, at, head):
+                at = str((await rt.io(trace.commit, at)).id)
+                if not await rt.io(trace.is_ancestor, at, head):
                     raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
-            with coord.metrics.timed("fork"):
+            with rt.metrics.timed("fork"):
                 try:
                     ws = await self._fork_workspace(name)
                 except Exception as e:
                     raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
                 start = at or head
-                intent = ScopeFork(
-                    child=name, parent=self.name, at=start, backend=coord.backend.name
-                )
+                intent = ScopeFork(child=name, parent=self.name, at=start, backend=rt.backend)
                 effect = Effect(
                     id=f"{name}#0",
                     scope=name,
@@ -504,42 +476,45 @@ class Scope(EffectPath, History):
                     decision=Decision(verdict="allow"),
                     outcome=NoOutcome(),
                 )
-                tree = await coord.io(lambda: str(coord.trace.commit(start).tree_id))
-                sha = await coord.io(coord.trace.commit_effect, effect, tree, [start])
-                child = Scope(coord, name, ws, sha, sha, self.name, 1)
+                tree = await rt.io(lambda: str(trace.commit(start).tree_id))
+                sha = await rt.io(trace.commit_effect, effect, tree, [start])
+                child = Scope(rt, name, ws, sha, sha, self.name, 1)
                 if start != head:
                     # The workspace forked at the parent's head: take it back to `at`.
-                    await coord.io(child._rewind_workspace, head, start)
-                coord.scopes[name] = child
-                coord.events.publish(Event("effect", effect, sha))
-                coord.metrics.scope_count(coord)
+                    await rt.io(history.rewind_workspace, trace, ws.backing, head, start)
+                rt.scopes[name] = child
+                rt.events.publish(Event("effect", effect, sha))
+                rt.count_scopes()
                 return child
 
     async def discard(self, *, cause: str | None = None) -> Result | None:
         """Archive this scope's branch (history kept under refs/corral/archive/)
         and release its workspace. Idempotent: None when already discarded."""
-        coord = self._coord
+        rt = self.runtime
         if self.name == "root":
             raise CorralError("the root scope cannot be discarded")
-        async with self._lock:
+        async with self.effect_path.lock:
             if self.discarded:
                 return None
             # A ref lookup per probe (microseconds): no thread hop for it.
-            archive = self._unique_ref(f"{ARCHIVE_PREFIX}{self.name}-")
+            archive = history.unique_ref(rt.trace, f"{ARCHIVE_PREFIX}{self.name}-",
+                                         self.effect_path.seq)
             intent = ScopeDiscard(archive=archive)
             ref = SCOPE_PREFIX + self.name
 
             def release(commit: str) -> None:
                 # The discard commit is already durable on the archive ref: only
                 # now may the scope ref go, then the workspace.
-                coord.trace.delete_ref(ref)
-                with coord.metrics.timed("discard"):
+                rt.trace.delete_ref(ref)
+                with rt.metrics.timed("discard"):
                     self.workspace.discard()
 
             act = InThread(lambda _: (NoOutcome(), {}), ref=archive, after=release)
-            result = await self._perform(intent, act, cause=cause)
+            result = await self.effect_path.run(intent, act, cause=cause)
             if not result.ok:
                 return result
             self.discarded = True
-            coord._forget(self)
+            rt.settled(self.name, "discarded")
+            rt.scopes.forget(self)
+            rt.count_scopes()
             return result

@@ -21,23 +21,62 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import ValidationError
 
-from ._api import ErrorOut
-from ._auth import Tokens
-from ._coordinator import Coordinator
-from ._errors import CorralError, SandboxFailure
+from . import Coordinator
+from ._api import BadRequest, ErrorOut
+from ._auth import AuthError, Forbidden, Tokens
+from ._errors import (
+    CorralError,
+    ExecError,
+    MergeError,
+    NotFound,
+    PatchError,
+    PathError,
+    RewindError,
+    SandboxFailure,
+    ScopeDiscarded,
+    ScopeExists,
+    StateError,
+)
 from ._gate import HumanGate
-from ._hub import HUB, Hub, ServerConfig
+from ._hub import API_ROUTES, HUB, Hub, ServerConfig
 from ._openapi import Route
 from ._scope import Scope
 
-__all__ = ["API_ROUTES", "EXTENSION_GROUP", "ServerConfig", "is_loopback", "make_app",
-           "request_scope", "run_server"]
+__all__ = ["API_ROUTES", "EXTENSION_GROUP", "STATUS", "ServerConfig", "is_loopback",
+           "make_app", "request_scope", "run_server"]
 
 log = logging.getLogger("corral.server")
 
 # OS errors from a bad path that reached the filesystem (a file used as a
 # directory, a name too long): the caller's mistake, not the server's.
 _BAD_PATH_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP}
+
+
+STATUS: dict[type[CorralError], int] = {
+    BadRequest: 400,
+    PathError: 400,
+    RewindError: 400,
+    PatchError: 400,
+    ExecError: 400,
+    AuthError: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    ScopeDiscarded: 409,
+    ScopeExists: 409,
+    MergeError: 409,
+    StateError: 409,
+    SandboxFailure: 500,
+}
+"""The HTTP status of each error class (its nearest listed base class decides;
+500 for any other CorralError). The errors themselves know nothing of HTTP."""
+
+
+def status_of(error: CorralError) -> int:
+    """The HTTP status that answers `error` (see STATUS)."""
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
 
 
 def _error(status: int, error: str, detail: str,
@@ -48,7 +87,7 @@ def _error(status: int, error: str, detail: str,
 
 @web.middleware
 async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
-    """Map every failure to a JSON error: CorralError by its `.status`, the
+    """Map every failure to a JSON error: CorralError by its class (STATUS), the
     built-in file errors, validation errors (422; malformed JSON 400), aiohttp's
     own HTTP errors (404 route, 405, 413 body too large). Anything else is a
     bug: logged, and a 500 that says so."""
@@ -83,9 +122,10 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
         log.exception("sandbox failure on %s %s", request.method, request.path)
         return _error(500, type(e).__name__, str(e))
     except CorralError as e:
-        if e.status >= 500:
+        status = status_of(e)
+        if status >= 500:
             log.exception("error on %s %s", request.method, request.path)
-        return _error(e.status, type(e).__name__, str(e))
+        return _error(status, type(e).__name__, str(e))
     except FileNotFoundError as e:
         return _error(404, "FileNotFoundError", str(e))
     except (IsADirectoryError, NotADirectoryError) as e:
@@ -139,9 +179,6 @@ def make_app(config: ServerConfig) -> web.Application:
         app.router.add_route(r.method, r.path, r.handler)
     return app
 
-
-API_ROUTES: web.AppKey[tuple[Route, ...]] = web.AppKey("api_routes")
-"""Every route the app serves (the core table plus extensions'): /openapi.json's source."""
 
 EXTENSION_GROUP = "corral.server"
 """Entry points `(app: web.Application) -> Sequence[Route]`: the routes another package

@@ -82,7 +82,10 @@ def _raise(status: int, payload: Any) -> None:
             cls = Forbidden
         else:
             raise ClientError(f"{status} {error}: {detail}", status, error)
-    raise cls(detail)
+    raised = cls(detail)
+    # The error classes know nothing of HTTP: the status that carried it rides along.
+    raised.status = status  # type: ignore[attr-defined]
+    raise raised
 
 
 class ReviewRequest(dict):  # type: ignore[type-arg]

@@ -26,7 +26,7 @@ from ._base import (
 )
 from ._choose import backends, choose_backend
 from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env
-from ._files import apply_changes, snapshot_files
+from ._files import Entry, apply_changes, leaves, read_entry, snapshot_files
 from .copy import CopyBackend
 from .fuse import FuseBackend
 from .overlay import OverlayBackend
@@ -42,6 +42,7 @@ __all__ = [
     "Change",
     "CopyBackend",
     "ExecResult",
+    "Entry",
     "ExecUnavailable",
     "FuseBackend",
     "Interceptor",
@@ -57,6 +58,8 @@ __all__ = [
     "check_hidden",
     "choose_backend",
     "default_env",
+    "leaves",
     "parse_limits",
+    "read_entry",
     "snapshot_files",
 ]

@@ -1,6 +1,6 @@
 """Model providers: one protocol, one backend per module, provider-neutral records.
 
-`ToolUse` is a tool call the model made (it has the provider's id); `ToolCall` is a tool call
+`ToolUse` is a tool call the model made (it has the provider's id); `ScriptedCall` is a tool call
 a script tells the scripted model to make.
 
 Errors::
@@ -15,7 +15,7 @@ from ._prompt_cache import CacheUsage, PrefixCache, tokenize
 from ._protocol import Provider
 from ._records import (
     AssistantMessage,
-    Message,
+    ChatMessage,
     ModelRequest,
     ModelResponse,
     StopReason,
@@ -27,7 +27,7 @@ from ._records import (
 )
 from ._retry import OnRetry, complete_with_retries
 from ._spec import provider_from_spec
-from .scripted import Reply, ScriptedProvider, ToolCall
+from .scripted import Reply, ScriptedCall, ScriptedProvider
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicProvider
@@ -37,7 +37,7 @@ __all__ = [
     "AnthropicProvider",
     "AssistantMessage",
     "CacheUsage",
-    "Message",
+    "ChatMessage",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
@@ -46,9 +46,9 @@ __all__ = [
     "PrefixCache",
     "Provider",
     "Reply",
+    "ScriptedCall",
     "ScriptedProvider",
     "StopReason",
-    "ToolCall",
     "ToolResult",
     "ToolSpec",
     "ToolUse",

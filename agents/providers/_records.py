@@ -11,9 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# One record for token usage: the one a model-call effect's outcome carries.
+from coordinator import Usage
+
 __all__ = [
     "AssistantMessage",
-    "Message",
+    "ChatMessage",
     "ModelRequest",
     "ModelResponse",
     "StopReason",
@@ -62,7 +65,7 @@ class ToolResult(_Record):
     """Only Anthropic's format carries this flag; OpenAI sees the content alone."""
 
 
-Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
+ChatMessage = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
 
 
 class ToolSpec(_Record):
@@ -76,19 +79,11 @@ class ModelRequest(_Record):
     model: str
     system: str = ""
     """Kept free of timestamps and ids, so forks share the provider's prompt cache."""
-    messages: tuple[Message, ...]
+    messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int = 4096
     temperature: float | None = None
     """None leaves the provider's default."""
-
-
-class Usage(_Record):
-    prompt_tokens: int
-    """All prompt tokens, cached ones included (Anthropic's three input counts summed)."""
-    cached_prompt_tokens: int
-    """Prompt tokens read from the provider's prompt cache."""
-    completion_tokens: int
 
 
 class ModelResponse(_Record):

@@ -16,7 +16,7 @@ from ._credentials import api_key_for
 from ._errors import status_error, unreachable
 from ._records import (
     AssistantMessage,
-    Message,
+    ChatMessage,
     ModelRequest,
     ModelResponse,
     StopReason,
@@ -120,7 +120,7 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
     return body
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def _messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if isinstance(message, AssistantMessage) else "user"
@@ -135,7 +135,7 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return turns
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _blocks(message: ChatMessage) -> list[dict[str, Any]]:
     if isinstance(message, UserMessage):
         return [{"type": "text", "text": message.text}]
     if isinstance(message, ToolResult):

@@ -1,6 +1,6 @@
 """Scripted replies: the script vocabulary and an in-process provider that serves it.
 
-`Reply` and `ToolCall` are what scripts are written in, here and in `agents.model_server`.
+`Reply` and `ScriptedCall` are what scripts are written in, here and in `agents.model_server`.
 `ScriptedProvider` answers without any server, for unit tests; it counts tokens and prompt
 cache hits like the model server does, with OpenAI's rule that every prompt is cacheable.
 """
@@ -17,11 +17,11 @@ from ._errors import ModelError
 from ._prompt_cache import PrefixCache, tokenize
 from ._records import ModelRequest, ModelResponse, ToolUse, Usage, UserMessage
 
-__all__ = ["Reply", "ScriptedProvider", "ToolCall"]
+__all__ = ["Reply", "ScriptedCall", "ScriptedProvider"]
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCall:
+class ScriptedCall:
     """A tool call a script makes the model emit; its id is derived from the request."""
 
     name: str
@@ -33,7 +33,7 @@ class Reply:
     """One scripted model turn: text, tool calls, or both."""
 
     text: str = ""
-    tool_calls: Sequence[ToolCall] = ()
+    tool_calls: Sequence[ScriptedCall] = ()
 
     def __post_init__(self) -> None:
         # Callers write lists; a tuple keeps the frozen reply immutable.

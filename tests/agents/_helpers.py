@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.model_server import Reply, ToolCall
+from agents.model_server import Reply, ScriptedCall
 
 CALC = '"""A tiny calculator."""\n\n\ndef add(a, b):\n    return a + b\n'
 
@@ -29,4 +29,4 @@ def by_step(replies: Sequence[Reply | str]) -> Callable[[dict[str, Any]], Reply 
 
 
 def call(name: str, **arguments: Any) -> Reply:
-    return Reply(tool_calls=[ToolCall(name, arguments)])
+    return Reply(tool_calls=[ScriptedCall(name, arguments)])

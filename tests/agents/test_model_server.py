@@ -11,7 +11,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
 from agents.providers import PrefixCache, tokenize
 
 SYSTEM = "You are a careful coding agent working in a shared repository. " * 12
@@ -129,7 +129,7 @@ async def test_openai_tool_call_and_result(
     server: ScriptedModelServer, oai: openai.AsyncOpenAI
 ) -> None:
     """A scripted tool call arrives as `tool_calls`; a result answering its id is accepted."""
-    server.script("m", [Reply(tool_calls=[ToolCall("read", {"path": "a.py"})]), "done"])
+    server.script("m", [Reply(tool_calls=[ScriptedCall("read", {"path": "a.py"})]), "done"])
     messages: list[Any] = [{"role": "user", "content": "read a.py"}]
     first = await oai.chat.completions.create(model="m", messages=messages)
     call = first.choices[0].message.tool_calls
@@ -161,7 +161,7 @@ async def test_anthropic_tool_use_and_result(
     server: ScriptedModelServer, claude: anthropic.AsyncAnthropic
 ) -> None:
     """A scripted tool call arrives as a tool_use block; a tool_result block answers it."""
-    server.script("c", [Reply("reading", [ToolCall("read", {"path": "a.py"})]), "done"])
+    server.script("c", [Reply("reading", [ScriptedCall("read", {"path": "a.py"})]), "done"])
     messages: list[Any] = [{"role": "user", "content": "read a.py"}]
     first = await claude.messages.create(model="c", max_tokens=100, messages=messages)
     assert first.stop_reason == "tool_use"

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
-from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
 from agents.providers import (
     AnthropicProvider,
     ModelError,
@@ -86,7 +86,7 @@ async def test_text_reply(server: ScriptedModelServer, backend: Backend) -> None
 @pytest.mark.asyncio
 async def test_tool_call_round_trip(server: ScriptedModelServer, backend: Backend) -> None:
     """Tools go out, a tool call comes back, its result goes in, and the final text arrives."""
-    server.script("m", [Reply(tool_calls=[ToolCall("read", {"path": "a.py"})]), "it prints 1"])
+    server.script("m", [Reply(tool_calls=[ScriptedCall("read", {"path": "a.py"})]), "it prints 1"])
     provider = backend(server)
     first = await provider.complete(_ask("what does a.py do?", tools=[READ]))
     assert first.stop_reason == "tool_use"
@@ -157,7 +157,7 @@ async def test_same_request_gives_identical_bytes(
 @pytest.mark.asyncio
 async def test_anthropic_requests_carry_two_cache_breakpoints(server: ScriptedModelServer) -> None:
     """The system prompt and the newest message block are marked cache_control ephemeral."""
-    server.script("m", [Reply(tool_calls=[ToolCall("read", {"path": "a"})]), "done"])
+    server.script("m", [Reply(tool_calls=[ScriptedCall("read", {"path": "a"})]), "done"])
     async with AnthropicProvider("m", base_url=server.anthropic_base_url) as provider:
         request = _ask("go", tools=[READ])
         first = await provider.complete(request)
@@ -270,9 +270,9 @@ def test_provider_from_spec_parses_backend_and_model() -> None:
 @pytest.mark.asyncio
 async def test_scripted_provider_serves_replies_in_order_then_fails() -> None:
     """Replies come in order with deterministic ids; running out is a non-retryable error."""
-    provider = ScriptedProvider([Reply(tool_calls=[ToolCall("read", {"path": "a"})]), "done"])
+    provider = ScriptedProvider([Reply(tool_calls=[ScriptedCall("read", {"path": "a"})]), "done"])
     first = await provider.complete(_ask("go"))
-    again = await ScriptedProvider([Reply(tool_calls=[ToolCall("read")])]).complete(_ask("go"))
+    again = await ScriptedProvider([Reply(tool_calls=[ScriptedCall("read")])]).complete(_ask("go"))
     assert first.tool_calls[0].id == again.tool_calls[0].id
     assert (await provider.complete(_ask("go"))).text == "done"
     with pytest.raises(ModelError, match="no replies left") as raised:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agents.model_server import Reply, ScriptedModelServer, ToolCall
+from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
 from coordinator.cli import app
 from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
@@ -69,7 +69,7 @@ def test_run_merges_agents_into_a_branch_without_touching_the_tree(
     --json reports steps, tokens, cached tokens, blocked intents and the merges."""
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC, "README.md": "# calc\n"})
     head = git(repo, "rev-parse", "HEAD").strip()
-    url = served({"m": _agents, "sup": lambda p: Reply(tool_calls=[ToolCall("noop", {})])})
+    url = served({"m": _agents, "sup": lambda p: Reply(tool_calls=[ScriptedCall("noop", {})])})
     result = CliRunner().invoke(app, [
         "run", "--repo", str(repo), "--task", "add mul", "--task", "document mul",
         "--model", "openai/m", "--base-url", url, "--supervisor", "llm:openai/sup",

@@ -14,9 +14,9 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from coordinator import ServerConfig, make_app
 from coordinator._hub import HUB, Hub
 from coordinator.client import CorralClient
+from coordinator.server import ServerConfig, make_app
 
 ADMIN = "a.test-admin-token"
 

@@ -108,16 +108,14 @@ async def test_model_tokens_metric_counts_calls_recorded_by_anyone(tmp_path, sam
         request = await coord.io(coord.trace.write_blob, b'{"model":"x"}')
         response = await coord.io(coord.trace.write_blob, b'{"text":"ok"}')
 
-        def recorded(replayed: bool):
-            async def act(_intent):
-                return ModelOutcome(response=response, replayed=replayed,
-                                    usage=Usage(prompt_tokens=30, cached_prompt_tokens=20,
-                                                completion_tokens=5)), {}
-            return act
+        def recorded(replayed: bool) -> ModelOutcome:
+            return ModelOutcome(response=response, replayed=replayed,
+                                usage=Usage(prompt_tokens=30, cached_prompt_tokens=20,
+                                            completion_tokens=5))
 
         intent = ModelCall(provider="external", model="x", request=request)
-        assert (await scope.perform(intent, recorded(False))).ok
-        assert (await scope.perform(intent, recorded(True))).ok
+        assert (await scope.record(intent, recorded(False))).ok
+        assert (await scope.record(intent, recorded(True))).ok
         text = await srv.client.metrics()
     assert 'corral_model_tokens_total{type="prompt"} 30.0' in text
     assert 'corral_model_tokens_total{type="cached"} 20.0' in text

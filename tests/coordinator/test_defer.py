@@ -22,11 +22,10 @@ class WaitForMerge:
         if getattr(intent, "path", None) != self.path or view.scope == self.owner:
             return None
         self.asked += 1
-        coord = view._coord
-        owner = coord.scopes.get(self.owner)
-        if owner is None or owner.discarded:
+        owner = next((s for s in view.scopes() if s.name == self.owner), None)
+        if owner is None:
             return None
-        if coord.trace.is_ancestor(owner.head, coord.root.head):
+        if view.trace.is_ancestor(owner.head, view.head("root")):
             return None
         return defer(self.owner, f"{self.owner} is changing {self.path}")
 

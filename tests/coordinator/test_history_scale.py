@@ -214,7 +214,7 @@ async def test_a_roll_up_closes_the_packs_it_deleted(tmp_path, sample_repo):
     bounds = JournalBounds(checkpoint_s=3600.0, max_packs=3)
     async with Coordinator.open(tmp_path / "s", sample_repo, journal=bounds) as coord:
         a = await coord.root.fork("a")
-        pool = coord._pool
+        pool = coord.runtime._pool
 
         async def read_everywhere(n: int) -> None:
             """Read every file from the packs, here and on every io thread."""
@@ -262,10 +262,11 @@ async def test_reopen_reads_each_scope_from_its_head_not_its_history(
         b = await a.fork("b")
         await b.write("b.txt", b"b\n")
         await a.rewind(steps=3)
-        expect = {s.name: (s.head, s.fork_point, s.parent, s._seq) for s in coord.scopes.values()}
+        expect = {s.name: (s.head, s.fork_point, s.parent, s.effect_path.seq)
+                  for s in coord.scopes.values()}
         await coord.checkpoint()
         await a.write("after.txt", b"after the checkpoint\n")
-        expect["a"] = (a.head, a.fork_point, a.parent, a._seq)
+        expect["a"] = (a.head, a.fork_point, a.parent, a.effect_path.seq)
         # What a kill leaves: the last generation's log, not checkpointed.
         log_path = max((git_dir / "corral-journal").glob("*.log"),
                        key=lambda p: int(p.stem))
@@ -283,7 +284,8 @@ async def test_reopen_reads_each_scope_from_its_head_not_its_history(
 
     monkeypatch.setattr(Trace, "entry_of", counting)
     async with Coordinator.open(tmp_path / "s") as coord:
-        got = {s.name: (s.head, s.fork_point, s.parent, s._seq) for s in coord.scopes.values()}
+        got = {s.name: (s.head, s.fork_point, s.parent, s.effect_path.seq)
+               for s in coord.scopes.values()}
         assert got == expect
         assert decoded <= 2 * len(got), f"{decoded} records decoded to open {len(got)} scopes"
         assert await coord.scope("a").read("after.txt") == b"after the checkpoint\n"

@@ -152,10 +152,11 @@ async def test_a_policy_that_reads_the_workspace_does_not_deadlock(tmp_path: Pat
     """A policy reading the writer's workspace (files, listings, the trace) while a call
     waits on it answers normally: the coordinator's reads bypass FUSE."""
     seen: list[bytes] = []
+    opened: list[Coordinator] = []
 
     async def reader(intent, view):
         if isinstance(intent, FsOp):
-            scope = view._coord.scope(view.scope)
+            scope = opened[0].scope(view.scope)
             seen.append(await scope.read("README.md"))
             await scope.listdir("")
             await scope.listdir("src")
@@ -164,6 +165,7 @@ async def test_a_policy_that_reads_the_workspace_does_not_deadlock(tmp_path: Pat
 
     async with Coordinator.open(tmp_path / "s", repo, backend="fuse",
                                 policies=[reader]) as coord:
+        opened.append(coord)
         coord.live_timeout = 5.0
         a = await coord.root.fork("alice")
         t = time.monotonic()

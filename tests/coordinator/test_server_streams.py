@@ -75,6 +75,7 @@ async def test_events_stream_filters_by_scope_kind_and_type(tmp_path, sample_rep
 async def test_scope_token_streams_only_its_scope(tmp_path, sample_repo):
     """A scope token may subscribe to its own scope, not to another's."""
     from coordinator import Forbidden
+    from coordinator.server import STATUS
 
     async with serve(tmp_path / "state", sample_repo) as srv:
         c = srv.client
@@ -84,7 +85,7 @@ async def test_scope_token_streams_only_its_scope(tmp_path, sample_repo):
         with pytest.raises(aiohttp.WSServerHandshakeError) as e:
             async with a.subscribe(scopes=["b"]):
                 pass
-        assert e.value.status == Forbidden.status
+        assert e.value.status == STATUS[Forbidden] == 403
         async with a.subscribe() as stream:
             await c.write("b", "bx.txt", b"b")
             await c.write("a", "x.txt", b"a")

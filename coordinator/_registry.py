@@ -1,0 +1,63 @@
+"""The scope registry: every scope of one coordinator by name, and the names
+claimed by forks in progress."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from ._errors import ScopeExists, UnknownScope
+
+if TYPE_CHECKING:  # a type only: the registry holds scopes, it never calls into them
+    from ._scope import Scope
+
+__all__ = ["ScopeRegistry"]
+
+
+class ScopeRegistry(dict[str, "Scope"]):
+    """Scopes by name (a dict: discarded scopes stay while live forks name them
+    as their parent). `Coordinator.scopes` is this object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._forking: set[str] = set()
+
+    def live(self) -> list[Scope]:
+        """Every scope not discarded, in registration order."""
+        return [s for s in self.values() if not s.discarded]
+
+    def scope(self, name: str) -> Scope:
+        """The live scope `name`; raises UnknownScope."""
+        scope = self.get(name)
+        if scope is None or scope.discarded:
+            raise UnknownScope(f"no scope named {name!r}")
+        return scope
+
+    @contextmanager
+    def claim(self, name: str) -> Iterator[None]:
+        """Hold scope name `name` for a fork in progress (released when it ends;
+        by then the scope is registered or the fork failed). Raises
+        ScopeExists when a live scope or another fork has it. Synchronous, so
+        the check and the claim are one step on the event loop."""
+        live = self.get(name)
+        if (live is not None and not live.discarded) or name in self._forking:
+            raise ScopeExists(f"scope {name!r} already exists")
+        self._forking.add(name)
+        try:
+            yield
+        finally:
+            self._forking.discard(name)
+
+    def forget(self, scope: Scope) -> None:
+        """A discarded scope leaves the registry, unless live scopes were forked
+        from it: they name it as their parent, so it stays until the last of
+        them goes."""
+        gone: Scope | None = scope
+        while gone is not None and gone.discarded and gone.name != "root":
+            if self.get(gone.name) is not gone or any(
+                s.parent == gone.name for s in self.values()
+            ):
+                break
+            del self[gone.name]
+            gone = self.get(gone.parent) if gone.parent is not None else None

@@ -1,0 +1,40 @@
+"""Policies: the supervisor's rules, each one async callable `(intent, view) -> Decision | None`.
+
+The protocol and the decisions (`Policy`, `View`, `allow`, `block`, `defer`,
+`rewrite`) and every built-in policy: the conflict guard, the human gate and
+the pool of external reviewers (processes answering over the API).
+"""
+
+from ._gate import GateRule, HumanGate
+from ._guard import Claim, ConflictGuard
+from ._policy import (
+    Policy,
+    PolicyChain,
+    ScopeInfo,
+    View,
+    allow,
+    allow_all,
+    block,
+    defer,
+    load_policy,
+    rewrite,
+)
+from ._reviewers import ReviewerPool
+
+__all__ = [
+    "Claim",
+    "ConflictGuard",
+    "GateRule",
+    "HumanGate",
+    "Policy",
+    "PolicyChain",
+    "ReviewerPool",
+    "ScopeInfo",
+    "View",
+    "allow",
+    "allow_all",
+    "block",
+    "defer",
+    "load_policy",
+    "rewrite",
+]
