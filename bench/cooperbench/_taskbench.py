@@ -167,7 +167,7 @@ async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
     env = await coord.root.fork(ENV_SCOPE)
     root = cache / "envs" / task.key.replace("/", "-")
     tarball = root / "env.tar"
-    ready = root / "ready.json"
+    ready = root / "env.json"  # not ready.json: the Lab's host virtualenv keeps that name
     # The sandbox user must reach what a command reads from the host: a fresh
     # directory under /tmp, whatever the modes of the cache's parents.
     shown = Path(tempfile.mkdtemp(prefix="corral-env-"))
