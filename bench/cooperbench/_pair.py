@@ -114,15 +114,15 @@ async def run_unit(
     prefix = f"{pair.f1}-{pair.f2}.{setting}"
     run = _Run()
     started = time.perf_counter()
-    grades: list[tuple[str, Grade]] = []
+    grades: list[tuple[str, Grade, dict[str, str]]] = []
     error: Exception | None = None
     try:
         await _work(cfg, bench, pair, setting, agent, run, prefix)
         for merge in merges:
             lab = ScopeLab(bench, prefix if merge == "-" else f"{prefix}.{merge}", run.states)
             try:
-                grades.append((merge, await asyncio.to_thread(_grade, cfg, task, pair, setting,
-                                                              merge, lab, run)))
+                grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, run)
+                grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
             finally:
                 run.made.extend(lab.scopes)
     except Exception as e:
@@ -141,8 +141,8 @@ async def run_unit(
                            reason=reason[:2000], trace=str(bench.coord.state),
                            timings=Timings(total=round(time.perf_counter() - started, 4)))
                 for m in merges]
-    return [_result(cfg, task, pair, setting, merge, agent, run, grade, bench.coord.state)
-            for merge, grade in grades]
+    return [_result(cfg, task, pair, setting, merge, agent, run, grade, bench.coord.state,
+                    graded) for merge, grade, graded in grades]
 
 
 async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
@@ -260,7 +260,8 @@ def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str
 
 
 def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
-            agent: Agent, run: _Run, grade: Grade, state: Path) -> PairResult:
+            agent: Agent, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
+            ) -> PairResult:
     base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
     logs = cfg.out / "logs" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
     base.mkdir(parents=True, exist_ok=True)
@@ -302,6 +303,7 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
-        blocked=rep.blocked, handoffs=run.handoffs, trace=str(state), scopes=run.scopes,
+        blocked=rep.blocked, handoffs=run.handoffs, trace=str(state),
+        scopes={**run.scopes, **graded},
         patches=files,
     )

@@ -17,10 +17,10 @@ import pytest
 from bench.cooperbench import Environment, Lab, grade_merged, grade_solo, strip_tests
 from bench.cooperbench._dataset import Task
 from bench.cooperbench._lab import git, parse_results
-from bench.cooperbench._scope_lab import ScopeLab
-from bench.cooperbench._taskbench import TaskBench
 from bench.cooperbench._records import FeatureResult, PairResult
 from bench.cooperbench._report import mcnemar, summarize, wilson
+from bench.cooperbench._scope_lab import ScopeLab
+from bench.cooperbench._taskbench import TaskBench
 
 BASE = {
     "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
