@@ -1,9 +1,11 @@
 """One unit of a run: a pair of features in one setting, worked by agents in Corral
-scopes, then graded under each requested merge policy.
+scopes forked from the task's `env` scope, then graded in scopes (`ScopeLab`) under
+each requested merge policy; the unit's scopes are discarded at the end, their history
+kept in the task's trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
 
 Settings:
-- `solo`: one agent, scope `solo`, gets both features.
-- `coop`: agents `agent1` (feature f1) and `agent2` (f2) in sibling scopes, no
+- `solo`: one agent, scope `….solo`, gets both features.
+- `coop`: agents `….agent1` (feature f1) and `….agent2` (f2) in sibling scopes, no
   supervisor. Oracle agents take turns, one hunk each (agent1 first), so runs repeat.
 - `supervised`: coop under the supervisor (default the conflict guard). The oracle's
   answer to a blocked intent is a handoff: the blocked agent sends its remaining work

@@ -140,12 +140,10 @@ class TaskBench:
         tree = self.coord.trace.commit(scope.head).tree
         return self.base_tree.diff_to_tree(tree).patch or ""
 
-    def tree_of(self, scope: Scope) -> pygit2.Tree:
-        return self.coord.trace.commit(scope.head).tree
 
 
 def _head(repo: Path) -> str:
-    return pygit2.Repository(str(repo)).head.target.__str__()
+    return str(pygit2.Repository(str(repo)).head.target)
 
 
 async def _remove_state(state: Path) -> None:
