@@ -327,7 +327,10 @@ def _python_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
            "TMPDIR": "/tmp", "LANG": "C.UTF-8", "VIRTUAL_ENV": f"{REPO}/{venv}",
            "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": f"{REPO}/src" if snapshot.exists("src") else REPO,
-           "PIP_NO_INDEX": "1"}
+           "PIP_NO_INDEX": "1",
+           # pytest's cache in the command's private /tmp: in the workspace it would be
+           # recorded (as ignored files) after every test run, for nothing.
+           "PYTEST_ADDOPTS": "-o cache_dir=/tmp/.pytest_cache"}
     if mini:
         if sys.version_info[:2] != _system_python():
             raise Unsupported("the mini suite's environment copies this interpreter's pytest "
