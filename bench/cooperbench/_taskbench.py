@@ -16,6 +16,7 @@ where `corral trace` finds it), so the live scopes stay few and a reopen is chea
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -172,7 +173,9 @@ async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
     os.chmod(shown, 0o755)
     try:
         with _locked(cache / "locks" / (task.key.replace("/", "-") + ".scope-env")):
-            if ready.exists() and tarball.exists():
+            recipe_id = hashlib.sha256(rec.script.encode()).hexdigest()[:16]
+            if ready.exists() and tarball.exists() and json.loads(ready.read_text()).get(
+                    "recipe") == recipe_id:
                 await asyncio.to_thread(_share, tarball, shown / "env.tar")
                 r = await _exec(coord, env, ["tar", "-xf", str(shown / "env.tar"),
                                              "--no-same-owner", "-C", REPO],
@@ -192,7 +195,8 @@ async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
             await asyncio.to_thread(subprocess.run, ["tar", "-cf", str(part), "-C",
                                                      str(env.path), *rec.paths], check=True)
             os.replace(part, tarball)
-            ready.write_text(json.dumps({"task": task.key, "paths": rec.paths,
+            ready.write_text(json.dumps({"task": task.key, "recipe": recipe_id,
+                                         "paths": rec.paths,
                                          "prepared_s": round(time.perf_counter() - started, 2),
                                          "files": len(r[0].ignored)}))
             return env, False
