@@ -296,15 +296,24 @@ def _venv_dir(snapshot: Snapshot) -> str:
 
 
 def _pytest_seed(into: Path) -> None:
-    """A tar of this interpreter's pytest and its requirements (pure Python), to put in
-    a virtualenv offline (the mini suite's tests need nothing else)."""
+    """Puts in `into` a tar of this interpreter's pytest and its requirements (pure
+    Python), to unpack into a virtualenv offline (the mini suite's tests need nothing
+    else). Built once per process, with hash-based pyc files (see _HASHED_PYC)."""
+    _share_file(_pytest_seed_tar(), into / "site-packages.tar")
+
+
+@functools.cache
+def _pytest_seed_tar() -> Path:
+    import py_compile
     import tarfile
+    import tempfile
     from importlib import metadata
 
     from packaging.requirements import Requirement
 
+    out = Path(tempfile.mkdtemp(prefix="corral-seed-")) / "site-packages.tar"
     todo, seen = ["pytest"], set()
-    with tarfile.open(into / "site-packages.tar", "w") as tar:
+    with tarfile.open(out, "w") as tar:
         while todo:
             name = todo.pop()
             if name in seen:
@@ -313,12 +322,28 @@ def _pytest_seed(into: Path) -> None:
             dist = metadata.distribution(name)
             for f in dist.files or ():
                 src = Path(str(dist.locate_file(f)))
-                if src.is_file() and ".." not in f.parts:
-                    tar.add(src, arcname=str(f))
+                if not src.is_file() or ".." in f.parts or "__pycache__" in f.parts:
+                    continue
+                tar.add(src, arcname=str(f))
+                if src.suffix == ".py":
+                    pyc = py_compile.compile(
+                        str(src), cfile=str(out.parent / "pyc"), doraise=False,
+                        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+                    if pyc:
+                        tar.add(pyc, arcname=str(f.parent / "__pycache__" / (
+                            f"{src.stem}.{sys.implementation.cache_tag}.pyc")))
             for spec in dist.requires or ():
                 req = Requirement(spec)
                 if req.marker is None or req.marker.evaluate({"extra": ""}):
                     todo.append(req.name)
+    return out
+
+
+def _share_file(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
 
 
 def _python_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
@@ -338,8 +363,7 @@ def _python_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
                               f"({'.'.join(map(str, _system_python()))})")
         script = (f"set -e\npython3 -m venv --without-pip {venv}\n"
                   f"tar -xf \"$CORRAL_SEED/site-packages.tar\" -C \"$({venv}/bin/python -c "
-                  "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')\"\n"
-                  + _HASHED_PYC.format(venv=venv))
+                  "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')\"\n")
         return Recipe("python", script, (venv,), tuple(env.items()), network=False,
                       seed=_pytest_seed)
     # As the task's runner.sh installs (test extras if any, else the package, then the
