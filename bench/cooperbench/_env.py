@@ -304,6 +304,7 @@ def _pytest_seed(into: Path) -> None:
 
 @functools.cache
 def _pytest_seed_tar() -> Path:
+    import atexit
     import py_compile
     import tarfile
     import tempfile
@@ -312,6 +313,7 @@ def _pytest_seed_tar() -> Path:
     from packaging.requirements import Requirement
 
     out = Path(tempfile.mkdtemp(prefix="corral-seed-")) / "site-packages.tar"
+    atexit.register(shutil.rmtree, out.parent, True)
     todo, seen = ["pytest"], set()
     with tarfile.open(out, "w") as tar:
         while todo:
