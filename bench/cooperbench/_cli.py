@@ -128,8 +128,8 @@ def run_cmd(
         console.print("environments prepared: " + ", ".join(
             f"{k} {v:.1f}s" for k, v in summary["prepared_s"].items()))
     console.print(f"{len(results)} results in {report['seconds']:.1f}s; run directory "
-                  f"{out_dir} (traces: corral trace log agent1 --state "
-                  f"{out_dir}/traces/<task>/<f1>-<f2>/<setting>)")
+                  f"{out_dir} (traces: corral trace log <f1>-<f2>.<setting>.agent1 --state "
+                  f"{out_dir}/traces/<task>)")
     (out_dir / "report.json").write_text(json.dumps(summary, indent=2))
     (out_dir / "report.md").write_text(to_markdown(summary))
     png_path = png or out_dir / "report.png"

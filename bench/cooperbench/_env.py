@@ -4,22 +4,30 @@ The base repository of a task is a fresh git repository holding only the base co
 (fetched with `--depth 1` from a local mirror): the agents cannot see the history that
 followed, where the real implementation lives.
 
-The environment is a virtualenv with the task's package and test dependencies,
-installed once (network allowed only then, uv when present, else pip). Tests then run
-offline (`unshare --net` where possible) with the task's own test command, the checkout
-under test first on the import path.
+The environment lives in the task's Corral snapshot: a `Recipe` (one per language,
+`recipe(task)`; other languages plug in with `register_recipe`) is a script run once in
+the task's `env` scope at /workspace/repo, network on, that builds the environment under
+paths the repository ignores (a virtualenv with the task's package and test
+dependencies, for Python). Every scope of the task is forked from `env`, so all of them
+and every test run share it copy-on-write, and tests run offline in Corral scopes. The
+built paths are kept as a tar under `cache/envs/<task>/` and later runs unpack it in the
+`env` scope instead of building again.
+
+`Environment` and `prepare_env` are the host-side environment of the stock-git `Lab`
+(the reference the scope evaluation is checked against).
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +36,17 @@ from ._dataset import Task
 from ._lab import git
 
 __all__ = [
+    "REPO",
     "Environment",
+    "Recipe",
+    "Snapshot",
     "Unsupported",
     "base_repo",
     "check_toolchain",
     "find_source",
     "prepare_env",
+    "recipe",
+    "register_recipe",
 ]
 
 
@@ -214,3 +227,171 @@ def prepare_env(task: Task, repo: Path, cache: Path, *, mini: bool = False) -> E
         ready.write_text(json.dumps({"task": task.key, "prepared_s": round(seconds, 2),
                                      "installer": "uv" if uv else "pip"}))
         return Environment(root / "venv" / "bin", prepared_s=seconds)
+
+
+# -- environments in the snapshot ---------------------------------------------------
+
+REPO = "/workspace/repo"
+"""Where every Corral command sees its scope: an environment built there works
+unchanged in every fork."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How a task's test environment is built, once, in the task's `env` scope."""
+
+    language: str
+    script: str
+    """bash run at /workspace/repo (network as `network` says) that builds `paths`;
+    `$CORRAL_SEED` names the directory `seed` filled, when there is one."""
+    paths: tuple[str, ...]
+    """Workspace paths the environment lives in, all ignored by the repository (so
+    they stay out of every tree, patch and merge): what the cache keeps."""
+    env: tuple[tuple[str, str], ...]
+    """The whole environment of every test command, inside the sandbox."""
+    network: bool = True
+    seed: Callable[[Path], None] | None = None
+    """Fills a host directory the script reads (shown read-only inside)."""
+    toolchain: tuple[Path, ...] = ()
+    """Host directories every command must see read-only (a compiler's prefix)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a recipe may ask of the task's base tree."""
+
+    ignored: Callable[[str], bool]
+    """Whether a path is ignored by the tree's rules (so it stays out of every tree)."""
+    exists: Callable[[str], bool]
+
+
+RecipeFactory = Callable[["Task", Snapshot, bool], Recipe]
+"""(task, its snapshot, mini) -> its Recipe; raises Unsupported."""
+
+_RECIPES: dict[str, RecipeFactory] = {}
+
+
+def register_recipe(language: str, factory: RecipeFactory) -> None:
+    """Plug in the environment recipe of one language (python is built in)."""
+    _RECIPES[language] = factory
+
+
+def recipe(task: Task, snapshot: Snapshot, *, mini: bool = False) -> Recipe:
+    """The recipe of `task`'s environment. Raises Unsupported when this machine
+    cannot build it (no recipe for its language, a missing toolchain)."""
+    factory = _RECIPES.get(task.language)
+    if factory is None:
+        check_toolchain(task)  # the reason a language without a recipe is unsupported
+        raise Unsupported(f"{task.language} task: no environment recipe")
+    return factory(task, snapshot, mini)
+
+
+def _venv_dir(snapshot: Snapshot) -> str:
+    # The repository's own name for a virtualenv when it ignores one; else a
+    # directory Corral ignores by default.
+    for name in (".venv", "venv", "env", ".tox/corral"):
+        if snapshot.ignored(f"{name}/bin/python"):
+            return name
+    return ".cache/corral-venv"
+
+
+def _pytest_seed(into: Path) -> None:
+    """Puts in `into` a tar of this interpreter's pytest and its requirements (pure
+    Python), to unpack into a virtualenv offline (the mini suite's tests need nothing
+    else). Built once per process, with hash-based pyc files (see _HASHED_PYC)."""
+    _share_file(_pytest_seed_tar(), into / "site-packages.tar")
+
+
+@functools.cache
+def _pytest_seed_tar() -> Path:
+    import atexit
+    import py_compile
+    import tarfile
+    import tempfile
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    out = Path(tempfile.mkdtemp(prefix="corral-seed-")) / "site-packages.tar"
+    atexit.register(shutil.rmtree, out.parent, True)
+    todo, seen = ["pytest"], set()
+    with tarfile.open(out, "w") as tar:
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            dist = metadata.distribution(name)
+            for f in dist.files or ():
+                src = Path(str(dist.locate_file(f)))
+                if not src.is_file() or ".." in f.parts or "__pycache__" in f.parts:
+                    continue
+                tar.add(src, arcname=str(f))
+                if src.suffix == ".py":
+                    pyc = py_compile.compile(
+                        str(src), cfile=str(out.parent / "pyc"), doraise=False,
+                        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+                    if pyc:
+                        tar.add(pyc, arcname=str(f.parent / "__pycache__" / (
+                            f"{src.stem}.{sys.implementation.cache_tag}.pyc")))
+            for spec in dist.requires or ():
+                req = Requirement(spec)
+                if req.marker is None or req.marker.evaluate({"extra": ""}):
+                    todo.append(req.name)
+    return out
+
+
+def _share_file(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _python_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
+    venv = _venv_dir(snapshot)
+    env = {"PATH": f"{REPO}/{venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp",
+           "TMPDIR": "/tmp", "LANG": "C.UTF-8", "VIRTUAL_ENV": f"{REPO}/{venv}",
+           "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": f"{REPO}/src" if snapshot.exists("src") else REPO,
+           "PIP_NO_INDEX": "1",
+           # pytest's cache in the command's private /tmp: in the workspace it would be
+           # recorded (as ignored files) after every test run, for nothing.
+           "PYTEST_ADDOPTS": "-o cache_dir=/tmp/.pytest_cache"}
+    if mini:
+        if sys.version_info[:2] != _system_python():
+            raise Unsupported("the mini suite's environment copies this interpreter's pytest "
+                              "into a virtualenv of /usr/bin/python3, another version "
+                              f"({'.'.join(map(str, _system_python()))})")
+        script = (f"set -e\npython3 -m venv --without-pip {venv}\n"
+                  f"tar -xf \"$CORRAL_SEED/site-packages.tar\" -C \"$({venv}/bin/python -c "
+                  "'import sysconfig; print(sysconfig.get_path(\"purelib\"))')\"\n")
+        return Recipe("python", script, (venv,), tuple(env.items()), network=False,
+                      seed=_pytest_seed)
+    # As the task's runner.sh installs (test extras if any, else the package, then the
+    # test tools), once.
+    pip = f"{venv}/bin/python -m pip install -q"
+    script = (f"set -e\nexport PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1\n"
+              f"python3 -m venv {venv}\n"
+              f"{pip} -e '.[test]' || {pip} -e .\n"
+              f"{pip} pytest pytest-xdist pytest_mock\n"
+              + _HASHED_PYC.format(venv=venv))
+    return Recipe("python", script, (venv,), tuple(env.items()))
+
+
+# The trace keeps no mtimes: every scope sees the environment's files with new ones, so
+# the usual pyc files (keyed on the source's mtime) are stale in all of them and each
+# test run would compile every module it imports again (twice the time of a run of the
+# mini suite's tests). Hash-based pyc files (PEP 552) stay valid.
+_HASHED_PYC = ("{venv}/bin/python -m compileall -q -f --invalidation-mode checked-hash "
+               "{venv}/lib >/dev/null\n")
+
+
+@functools.cache
+def _system_python() -> tuple[int, int]:
+    out = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+register_recipe("python", _python_recipe)

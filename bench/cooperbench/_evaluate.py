@@ -1,4 +1,4 @@
-"""CooperBench's grading rules (0.0.29 `test_merged` and `test_solo`) on a `Lab`.
+"""CooperBench's grading rules (0.0.29 `test_merged` and `test_solo`) on a `Workbench`.
 
 coop:   strip test files from both patches; agent1 = base + patch1, agent2 = base +
         patch2 (`git apply`, else `--3way`; a failure is `missing_input`); on agent2
@@ -15,15 +15,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
-from ._lab import Lab, TestRun
+from ._lab import MergeRun, TestRun
 from ._patches import sanitize, strip_tests
 from ._records import FeatureResult, MergeStatus
 
-__all__ = ["Grade", "TestRunner", "grade_merged", "grade_solo"]
+__all__ = ["Grade", "Workbench", "TestRunner", "grade_merged", "grade_solo"]
 
-TestRunner = Callable[[Lab, str | None, int], TestRun]
+
+class Workbench(Protocol):
+    """Where a pair is graded: the stock-git `Lab`, or `ScopeLab` (Corral scopes)."""
+
+    def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun: ...
+
+    def normalize(self, patch: str) -> str: ...
+
+
+TestRunner = Callable[[Workbench, str | None, int], TestRun]
 """(lab, feature patch, feature id) -> the feature's test run on base + that patch."""
 
 _TAIL = 1500
@@ -72,7 +81,7 @@ class _Clock:
         self.grade = grade
         self._run = run
 
-    def test(self, lab: Lab, patch: str | None, fid: int, label: str) -> TestRun:
+    def test(self, lab: Workbench, patch: str | None, fid: int, label: str) -> TestRun:
         t = time.perf_counter()
         r = self._run(lab, patch, fid)
         self.grade.test_seconds += time.perf_counter() - t
@@ -82,7 +91,7 @@ class _Clock:
 
 
 def grade_merged(
-    lab: Lab,
+    lab: Workbench,
     f1: int,
     f2: int,
     patch1: str,
@@ -149,7 +158,7 @@ def grade_merged(
     return grade
 
 
-def grade_solo(lab: Lab, f1: int, f2: int, patch: str, run_tests: TestRunner) -> Grade:
+def grade_solo(lab: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner) -> Grade:
     """Grade a solo patch: tested against each feature's tests."""
     p = strip_tests(sanitize(patch or ""))
     grade = Grade((FeatureResult(id=f1, passed=False), FeatureResult(id=f2, passed=False)),

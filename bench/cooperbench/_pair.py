@@ -1,9 +1,11 @@
 """One unit of a run: a pair of features in one setting, worked by agents in Corral
-scopes, then graded under each requested merge policy.
+scopes forked from the task's `env` scope, then graded in scopes (`ScopeLab`) under
+each requested merge policy; the unit's scopes are discarded at the end, their history
+kept in the task's trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
 
 Settings:
-- `solo`: one agent, scope `solo`, gets both features.
-- `coop`: agents `agent1` (feature f1) and `agent2` (f2) in sibling scopes, no
+- `solo`: one agent, scope `….solo`, gets both features.
+- `coop`: agents `….agent1` (feature f1) and `….agent2` (f2) in sibling scopes, no
   supervisor. Oracle agents take turns, one hunk each (agent1 first), so runs repeat.
 - `supervised`: coop under the supervisor (default the conflict guard). The oracle's
   answer to a blocked intent is a handoff: the blocked agent sends its remaining work
@@ -14,15 +16,12 @@ Settings:
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pygit2
 
 from coordinator import ConflictGuard, Coordinator, Policy, Scope, load_policy
 
@@ -37,10 +36,12 @@ from ._agents import (
     task_text,
 )
 from ._dataset import Pair, Task
-from ._env import Environment
 from ._evaluate import Grade, grade_merged, grade_solo
-from ._lab import Lab
+from ._lab import TestRun
+from ._patches import sanitize, strip_tests
 from ._records import FeatureResult, MergePolicy, PairResult, Setting, Timings
+from ._scope_lab import ScopeLab
+from ._taskbench import TaskBench
 
 __all__ = ["UnitConfig", "run_unit", "supervisor_policies"]
 
@@ -87,101 +88,106 @@ class _Run:
     patches: dict[str, str] = field(default_factory=dict)
     corral_diff: str | None = None
     corral_conflicts: tuple[str, ...] = ()
+    states: dict[str, Scope] = field(default_factory=dict)
+    """A patch's text -> the scope whose tree is base + that patch (the evaluation
+    tests it there instead of applying it again)."""
+    made: list[Scope] = field(default_factory=list)
 
 
-async def _clear(state: Path) -> None:
-    """Remove a pair's state left by an earlier, unfinished attempt (reopening it first
-    unmounts what a killed run left mounted)."""
-    if not state.exists():
-        return
-    if (state / "trace.git" / "HEAD").exists():
-        try:
-            async with Coordinator.open(state):
-                pass
-        except Exception:
-            pass
-    await asyncio.to_thread(shutil.rmtree, state, True)
+def _remember(run: _Run, patch: str, scope: Scope) -> None:
+    # Only a patch the rules grade unchanged (nothing stripped, nothing sanitized).
+    if patch and strip_tests(sanitize(patch)) == patch:
+        run.states.setdefault(patch, scope)
 
 
 async def run_unit(
     cfg: UnitConfig,
-    task: Task,
+    bench: TaskBench,
     pair: Pair,
     setting: Setting,
     agent: Agent,
-    repo: Path,
-    lab: Lab,
-    env: Environment,
 ) -> list[PairResult]:
-    """Run `pair` in `setting` and grade it; one PairResult per merge policy (one for
-    solo). A failure anywhere becomes results with status "error" and its reason."""
+    """Run `pair` in `setting` on the task's bench and grade it; one PairResult per
+    merge policy (one for solo). A failure anywhere becomes results with status
+    "error" and its reason. The unit's scopes are discarded at the end (their history
+    stays in the trace)."""
+    task = bench.task
     merges: Sequence[MergePolicy | str] = ("-",) if setting == "solo" else cfg.merges
-    state = cfg.out / "traces" / _safe(task.key) / f"{pair.f1}-{pair.f2}" / setting
+    prefix = f"{pair.f1}-{pair.f2}.{setting}"
     run = _Run()
     started = time.perf_counter()
+    grades: list[tuple[str, Grade, dict[str, str]]] = []
+    error: Exception | None = None
     try:
-        await _clear(state)
-        policies = supervisor_policies(cfg.supervisor) if setting == "supervised" else []
-        t = time.perf_counter()
-        coord_cm = Coordinator.open(state, repo=repo, base=lab.base, policies=policies,
-                                    backend=cfg.backend)
-        coord = await coord_cm.__aenter__()
-        run.timings["open"] = time.perf_counter() - t
-        try:
-            await _work(cfg, coord, task, pair, setting, agent, run)
-        finally:
-            t = time.perf_counter()
-            await coord_cm.__aexit__(None, None, None)
-            await asyncio.to_thread(shutil.rmtree, state / "ws", True)
-            run.timings["close"] = time.perf_counter() - t
-        results = []
+        await _work(cfg, bench, pair, setting, agent, run, prefix)
         for merge in merges:
-            grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, env,
-                                            run)
-            results.append(_result(cfg, task, pair, setting, merge, agent, run, grade, state,
-                                   started))
-        return results
+            lab = ScopeLab(bench, prefix if merge == "-" else f"{prefix}.{merge}", run.states)
+            try:
+                grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, run)
+                grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
+            finally:
+                run.made.extend(lab.scopes)
     except Exception as e:
-        reason = f"{type(e).__name__}: {e}"
+        error = e
+    t = time.perf_counter()
+    for s in reversed(run.made):
+        try:
+            await s.discard()
+        except Exception as e:  # the results stand; the scope stays live
+            error = error or e
+    run.timings["close"] = time.perf_counter() - t
+    if error is not None:
+        reason = f"{type(error).__name__}: {error}"
         return [PairResult(task=task.key, f1=pair.f1, f2=pair.f2, setting=setting,
                            merge=m, agent=agent.name, status="error",  # type: ignore[arg-type]
-                           reason=reason[:2000], trace=str(state),
+                           reason=reason[:2000], trace=str(bench.coord.state),
                            timings=Timings(total=round(time.perf_counter() - started, 4)))
                 for m in merges]
+    return [_result(cfg, task, pair, setting, merge, agent, run, grade, bench.coord.state,
+                    graded) for merge, grade, graded in grades]
 
 
-async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
-                setting: Setting, agent: Agent, run: _Run) -> None:
+async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
+                agent: Agent, run: _Run, prefix: str) -> None:
+    coord, task = bench.coord, bench.task
     f1, f2 = task.features[pair.f1], task.features[pair.f2]
     t = time.perf_counter()
-    if setting == "solo":
-        scopes = [await coord.root.fork("solo")]
-    else:
-        scopes = [await coord.root.fork("agent1"), await coord.root.fork("agent2")]
+    roles = ["solo"] if setting == "solo" else ["agent1", "agent2"]
+    scopes = []
+    for role in roles:
+        scopes.append(await bench.env.fork(f"{prefix}.{role}"))
+        run.made.append(scopes[-1])
     run.timings["fork"] = time.perf_counter() - t
+    names = [s.name for s in scopes]
+    if setting == "supervised":
+        bench.policy.supervise(names)
     t = time.perf_counter()
-    if setting == "solo":
-        job = Job(coord, scopes[0], "solo", (f1, f2), task_text((f1, f2), "solo", (), False),
-                  max_steps=cfg.max_steps, max_tokens=cfg.max_tokens)
-        run.report = await agent.run(job)
-    elif isinstance(agent, OracleAgent):
-        await _oracle_team(coord, scopes[0], scopes[1], (f1, f2), setting, run)
-    else:
-        await _team(cfg, coord, scopes, (f1, f2), agent, run)
+    try:
+        if setting == "solo":
+            job = Job(coord, scopes[0], "solo", (f1, f2),
+                      task_text((f1, f2), "solo", (), False),
+                      max_steps=cfg.max_steps, max_tokens=cfg.max_tokens)
+            run.report = await agent.run(job)
+        elif isinstance(agent, OracleAgent):
+            await _oracle_team(coord, scopes[0], scopes[1], (f1, f2), setting, run)
+        else:
+            await _team(cfg, coord, scopes, (f1, f2), agent, run)
+    finally:
+        bench.policy.release(names)
     run.timings["apply"] = time.perf_counter() - t
-    base_tree = coord.trace.commit(coord.root.head).tree
-    for s in scopes:
+    for role, s in zip(roles, scopes, strict=True):
         run.scopes[s.name] = s.head
-        run.patches[s.name] = (base_tree.diff_to_tree(coord.trace.commit(s.head).tree).patch
-                               or "")
+        run.patches[role] = bench.diff(s)
+        _remember(run, run.patches[role], s)
     if setting != "solo" and "corral" in cfg.merges:
         t = time.perf_counter()
-        target = await scopes[1].fork("merged")
+        target = await scopes[1].fork(f"{prefix}.merged")
+        run.made.append(target)
         m = await target.merge(scopes[0])
-        run.scopes["merged"] = target.head
+        run.scopes[target.name] = target.head
         if m.tree is not None:
-            new = coord.trace.repo[m.tree].peel(pygit2.Tree)
-            run.corral_diff = base_tree.diff_to_tree(new).patch or ""
+            run.corral_diff = bench.diff(target)
+            _remember(run, run.corral_diff, target)
         run.corral_conflicts = tuple(c.path for c in m.conflicts)
         run.timings["merge"] += time.perf_counter() - t
 
@@ -242,23 +248,22 @@ async def _team(cfg: UnitConfig, coord: Coordinator, scopes: list[Scope],
             rep.error = (rep.error + "; " if rep.error else "") + r.error
 
 
-def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str, lab: Lab,
-           env: Environment, run: _Run) -> Grade:
-    def run_tests(lab: Lab, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
-        return lab.run_tests(patch, task.features[fid].tests, task.test_command,
-                             env.env(lab.path), cfg.test_timeout)
+def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
+           lab: ScopeLab, run: _Run) -> Grade:
+    def run_tests(lab: Any, patch: str | None, fid: int) -> TestRun:
+        return lab.run_tests(patch, task.features[fid].tests,  # type: ignore[no-any-return]
+                             task.test_command, None, cfg.test_timeout)
 
     if setting == "solo":
-        grade = grade_solo(lab, pair.f1, pair.f2, run.patches["solo"], run_tests)
-    else:
-        grade = grade_merged(lab, pair.f1, pair.f2, run.patches["agent1"],
-                             run.patches["agent2"], run_tests, policy=merge,  # type: ignore[arg-type]
-                             corral_diff=run.corral_diff)
-    return grade
+        return grade_solo(lab, pair.f1, pair.f2, run.patches["solo"], run_tests)
+    return grade_merged(lab, pair.f1, pair.f2, run.patches["agent1"], run.patches["agent2"],
+                        run_tests, policy=merge,  # type: ignore[arg-type]
+                        corral_diff=run.corral_diff)
 
 
 def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
-            agent: Agent, run: _Run, grade: Grade, state: Path, started: float) -> PairResult:
+            agent: Agent, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
+            ) -> PairResult:
     base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
     logs = cfg.out / "logs" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
     base.mkdir(parents=True, exist_ok=True)
@@ -300,6 +305,7 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
-        blocked=rep.blocked, handoffs=run.handoffs, trace=str(state), scopes=run.scopes,
+        blocked=rep.blocked, handoffs=run.handoffs, trace=str(state),
+        scopes={**run.scopes, **graded},
         patches=files,
     )

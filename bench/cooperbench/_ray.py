@@ -1,13 +1,16 @@
 """`--executor ray`: each (pair, setting) unit is a Ray task. A worker prepares (or
 reuses, from `--env-cache`) the task's repository and environment on its own machine,
-runs the unit in its own coordinator and lab, and returns the results, which the
-driver appends to the results file as they arrive (so --resume works the same)."""
+runs the unit on its own bench (the task's coordinator at traces/<task>/ray-<pid>,
+opened per unit), and returns the results, which the driver appends to the results file
+as they arrive (so --resume works the same)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from ._agents import load_agent
@@ -30,22 +33,27 @@ def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]],
     if ctx is None:
         try:
             ctx = TaskContext.prepare(task, spec)
-            # One lab directory per worker process: workers of one machine share `out`.
-            ctx.labs_dir = ctx.labs_dir / f"ray-{os.getpid()}"
-            prepared = ctx.env.prepared_s
+            # One state directory per worker process: workers of one machine share `out`.
+            ctx.state = ctx.state / f"ray-{os.getpid()}"
         except Exception as e:
             ctx = e
         _CONTEXTS[task.key] = ctx
     results = _unprepared(task, unit, spec, ctx)
     if results is None:
         assert isinstance(ctx, TaskContext)
-        lab = ctx.lab()
+
+        async def one() -> tuple[list[PairResult], float]:
+            async with AsyncExitStack() as stack:
+                bench = await ctx.open(stack, spec)
+                rs = await run_unit(spec.unit_config(), bench, unit.pair, unit.setting,
+                                    load_agent(spec.agent, spec.options))
+                return rs, (0.0 if bench.cached else bench.prepared_s)
+
+        spec = dataclasses.replace(spec, resume=True)  # the bench stays for the next unit
         try:
-            results = asyncio.run(run_unit(spec.unit_config(), task, unit.pair, unit.setting,
-                                           load_agent(spec.agent, spec.options), ctx.repo, lab,
-                                           ctx.env))
-        finally:
-            ctx.give_back(lab)
+            results, prepared = asyncio.run(one())
+        except Exception as e:
+            results = _unprepared(task, unit, spec, e) or []
     return [r.model_dump(mode="json") for r in results], prepared
 
 

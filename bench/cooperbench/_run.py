@@ -2,9 +2,8 @@
 unit on an executor, store results as they finish, and report.
 
     <out>/results.jsonl   one PairResult per line (what --resume reads back)
-    <out>/traces/<task>/<f1>-<f2>/<setting>/   each unit's Corral state (`corral trace`)
+    <out>/traces/<task>/   the task's Corral state: every unit's scopes (`corral trace`)
     <out>/patches/…, <out>/logs/…              agents' patches, graded diffs, test output
-    <out>/labs/<task>/<slot>/                  the evaluation checkouts
 """
 
 from __future__ import annotations
@@ -12,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._agents import AgentOptions, load_agent
 from ._dataset import Pair, Task, load_tasks, mini_suite, select_pairs
-from ._env import Environment, Unsupported, base_repo, check_toolchain, prepare_env
-from ._lab import Lab
+from ._env import Unsupported, base_repo, check_toolchain
 from ._pair import UnitConfig, run_unit, supervisor_policies
 from ._records import MergePolicy, PairResult, Setting
 from ._store import ResultStore
+from ._taskbench import TaskBench
 
 __all__ = ["RunSpec", "TaskContext", "Unit", "plan", "run"]
 
@@ -98,17 +98,14 @@ def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Pair]]:
 
 
 class TaskContext:
-    """A task prepared for this process: its base repository, environment, and one
-    evaluation lab per concurrent slot."""
+    """A task prepared for this process: its base repository, and once opened its
+    bench (one coordinator, the environment in its `env` scope)."""
 
-    def __init__(self, task: Task, repo: Path, env: Environment, labs_dir: Path) -> None:
+    def __init__(self, task: Task, repo: Path, state: Path) -> None:
         self.task = task
         self.repo = repo
-        self.env = env
-        self.labs_dir = labs_dir
-        self.base = ""
-        self._free: list[Lab] = []
-        self._made = 0
+        self.state = state
+        self.bench: TaskBench | None = None
 
     @classmethod
     def prepare(cls, task: Task, spec: RunSpec) -> TaskContext:
@@ -116,21 +113,17 @@ class TaskContext:
         if not spec.mini:
             check_toolchain(task)  # refuse what this machine cannot run before any clone
         repo = base_repo(task, spec.repos_dir, spec.cache)
-        env = prepare_env(task, repo, spec.cache, mini=spec.mini)
-        ctx = cls(task, repo, env, spec.out / "labs" / task.key.replace("/", "-"))
-        from ._lab import git
+        return cls(task, repo, spec.out / "traces" / task.key.replace("/", "-"))
 
-        ctx.base = git(repo, "rev-parse", "HEAD").stdout.strip()
-        return ctx
-
-    def lab(self) -> Lab:
-        if self._free:
-            return self._free.pop()
-        self._made += 1
-        return Lab.create(self.labs_dir / str(self._made), self.repo, self.base)
-
-    def give_back(self, lab: Lab) -> None:
-        self._free.append(lab)
+    async def open(self, stack: AsyncExitStack, spec: RunSpec) -> TaskBench:
+        """Open the task's bench for as long as `stack` (raises Unsupported,
+        RuntimeError)."""
+        policies = supervisor_policies(spec.supervisor) if "supervised" in spec.settings \
+            else []
+        self.bench = await stack.enter_async_context(TaskBench.open(
+            self.task, self.repo, self.state, spec.cache, mini=spec.mini,
+            backend=spec.backend, policies=policies, fresh=not spec.resume))
+        return self.bench
 
 
 def _unprepared(task: Task, unit: Any, spec: Any, ctx: object) -> list[PairResult] | None:
@@ -175,6 +168,7 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
     cfg = spec.unit_config()
     contexts: dict[str, TaskContext | BaseException] = {}
     prep_lock = asyncio.Lock()
+    stack = AsyncExitStack()
     prepared: dict[str, float] = {}
     queue: asyncio.Queue[Unit] = asyncio.Queue()
     for u in units:
@@ -185,8 +179,9 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
             if task.key not in contexts:
                 try:
                     ctx = await asyncio.to_thread(TaskContext.prepare, task, spec)
+                    bench = await ctx.open(stack, spec)
                     contexts[task.key] = ctx
-                    prepared[task.key] = round(ctx.env.prepared_s, 2)
+                    prepared[task.key] = round(bench.prepared_s, 2)
                 except Exception as e:
                     contexts[task.key] = e
             return contexts[task.key]
@@ -201,17 +196,12 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
             ctx = await context(task)
             results = _unprepared(task, unit, spec, ctx)
             if results is None:
-                assert isinstance(ctx, TaskContext)
-                lab = await asyncio.to_thread(ctx.lab)
-                try:
-                    results = await run_unit(cfg, task, unit.pair, unit.setting, agent,
-                                             ctx.repo, lab, ctx.env)
-                finally:
-                    ctx.give_back(lab)
+                assert isinstance(ctx, TaskContext) and ctx.bench is not None
+                results = await run_unit(cfg, ctx.bench, unit.pair, unit.setting, agent)
             store.append(results)
             on_done(unit, results)
 
-    async with asyncio.TaskGroup() as tg:
+    async with stack, asyncio.TaskGroup() as tg:
         for _ in range(max(1, spec.workers)):
             tg.create_task(slot())
     return prepared

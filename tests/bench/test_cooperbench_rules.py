@@ -1,17 +1,26 @@
 """CooperBench 0.0.29's grading rules, each on a case built for it: real git, real
-pytest runs, on a tiny repository made in a temp dir."""
+pytest runs, on a tiny repository made in a temp dir. Every case runs on both
+workbenches: the stock-git `Lab` (CooperBench's container, step for step) and
+`ScopeLab` (what runs use: Corral scopes, tests as exec effects), which must agree."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.cooperbench import Environment, Lab, grade_merged, grade_solo, strip_tests
+from bench.cooperbench._dataset import Task
 from bench.cooperbench._lab import git, parse_results
 from bench.cooperbench._records import FeatureResult, PairResult
 from bench.cooperbench._report import mcnemar, summarize, wilson
+from bench.cooperbench._scope_lab import ScopeLab
+from bench.cooperbench._taskbench import TaskBench
 
 BASE = {
     "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
@@ -60,16 +69,50 @@ def _tests(repo: Path, name: str, body: str) -> str:
                           f"    assert {body}\n"})
 
 
-@pytest.fixture
-def lab(repo: Path, tmp_path: Path) -> Lab:
-    return Lab.create(tmp_path / "lab", repo, git(repo, "rev-parse", "base").stdout.strip())
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One environment build for the module; later benches unpack it."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def _task(root: Path) -> Task:
+    (root / "feature1").mkdir(parents=True)
+    (root / "setup.sh").write_text('REPO_NAME="calc"\nBASE_COMMIT="base"\n')
+    (root / "Dockerfile").write_text("FROM python:3.11-slim\n")
+    (root / "runner.sh").write_text("# Running tests\n" + COMMAND)
+    return Task(repo="calc_task", id=1, path=root)
+
+
+@pytest.fixture(params=["git", "scopes"])
+def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: Path
+        ) -> Iterator[Any]:
+    base = git(repo, "rev-parse", "base").stdout.strip()
+    if request.param == "git":
+        yield Lab.create(tmp_path / "lab", repo, base)
+        return
+    # ScopeLab blocks on the bench's loop: the loop runs on its own thread.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    cm = TaskBench.open(_task(tmp_path / "task"), repo, tmp_path / "state", env_cache,
+                        mini=True)
+    try:
+        bench = asyncio.run_coroutine_threadsafe(cm.__aenter__(), loop).result()
+        try:
+            yield ScopeLab(bench, "pair")
+        finally:
+            asyncio.run_coroutine_threadsafe(cm.__aexit__(None, None, None), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
 
 
 def _runner(tests: dict[int, str], command: str = COMMAND):  # type: ignore[no-untyped-def]
     env = Environment.current()
 
-    def run(lab: Lab, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
-        return lab.run_tests(patch, tests[fid], command, env.env(lab.path), 60)
+    def run(lab: Any, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
+        host = env.env(lab.path) if isinstance(lab, Lab) else None
+        return lab.run_tests(patch, tests[fid], command, host, 60)
 
     return run
 
@@ -97,7 +140,7 @@ def test_parse_results_reads_pytest_jest_go_and_cargo() -> None:
     assert parse_results("nothing here") == (0, 0)
 
 
-def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Lab) -> None:
+def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Any) -> None:
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
     mul = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
@@ -108,7 +151,7 @@ def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab
 
 
 @pytest.mark.slow
-def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab: Lab) -> None:
+def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab: Any) -> None:
     """A conflicted pair fails both features; the lead fallback counts it passed only
     when agent1's patch alone passes both suites."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
@@ -122,7 +165,7 @@ def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab:
     assert g.merge_status == "conflicts" and g.strategy == "solo-agent1" and g.passed
 
 
-def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Lab) -> None:
+def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Any) -> None:
     """With merge=union (<= 0.0.15) the conflicting additions are both kept and graded."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
     g = grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests), policy="union")
@@ -130,7 +173,7 @@ def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Lab) -> 
     assert g.passed
 
 
-def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Lab) -> None:
+def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Any) -> None:
     """An agent patch git cannot apply, even with --3way, makes the pair missing_input."""
     bogus = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
              "@@ -1,2 +1,2 @@\n-def nothing():\n-    pass\n+def x():\n+    pass\n")
@@ -140,7 +183,7 @@ def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Lab) -> N
     assert not g.passed and g.features[0].reason == "a patch did not apply"
 
 
-def test_apply_falls_back_to_three_way(repo: Path, lab: Lab) -> None:
+def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
     """A patch made against another version of a file fails `git apply` but applies with
     `git apply --3way` (the blob it names is in the repository)."""
     git(repo, "checkout", "-q", "-b", "side")
@@ -150,9 +193,13 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Lab) -> None:
     (repo / "calc.py").write_text(side.replace("a - b", "a - b  # sub"))
     stale = git(repo, "diff", "--full-index").stdout
     git(repo, "checkout", "-q", "-f", "main")
-    lab = Lab.create(lab.path.parent / "lab2", repo, lab.base)
-    (lab.path / ".git" / "p.patch").write_text(stale)
-    assert git(lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
+    if isinstance(lab, Lab):
+        lab = Lab.create(lab.path.parent / "lab2", repo, lab.base)
+        (lab.path / ".git" / "p.patch").write_text(stale)
+        assert git(lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
+    else:  # the trace holds the blob the patch names, as it would an agent's
+        trace = lab.bench.coord.trace
+        lab._call(lab.bench.coord.io(trace.write_blob, side.encode()))
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"),
              2: _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                              + "\n\ndef test_sub():\n    import calc, inspect\n\n"
@@ -164,7 +211,7 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Lab) -> None:
     assert g.passed
 
 
-def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Lab) -> None:
+def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Any) -> None:
     """Exit code 0 is not enough: at least one test must be counted as passed."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(2, 3) == 6")}
     g = grade_solo(lab, 1, 2, _mul(repo), _runner(tests, "set -e\necho all good\n"))
@@ -175,7 +222,7 @@ def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Lab) -> None
 
 
 @pytest.mark.slow
-def test_identical_patches_skip_the_merge(repo: Path, lab: Lab) -> None:
+def test_identical_patches_skip_the_merge(repo: Path, lab: Any) -> None:
     """Byte-identical stripped patches are graded once, as 'identical'."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
     with_test = _mul(repo) + _diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
@@ -184,7 +231,7 @@ def test_identical_patches_skip_the_merge(repo: Path, lab: Lab) -> None:
 
 
 @pytest.mark.slow
-def test_a_clean_merge_can_break_a_test(repo: Path, lab: Lab) -> None:
+def test_a_clean_merge_can_break_a_test(repo: Path, lab: Any) -> None:
     """A merge git calls clean is graded by the tests: feature 2 changes add(), which
     feature 1's sub() relies on, so feature 1 fails on the merged code."""
     sub_test = _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]

@@ -63,17 +63,44 @@ def test_disjoint_features_pass_everywhere(mini_run: dict) -> None:  # type: ign
             assert r.status == "passed", (key, r.reason)
 
 
-def test_traces_open_with_corral_trace(mini_run: dict) -> None:  # type: ignore[type-arg]
-    """Each pair's trace is a Corral state directory: `corral trace log` lists the
-    oracle's hunks as fs effects, one per hunk."""
-    r = mini_run["kvstore", 3, 4, "coop", "plain"]
-    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "trace", "log", "agent1",
-                          "--state", r.trace, "--json"], capture_output=True, text=True,
+def _log(state: str, scope: str) -> list[dict]:  # type: ignore[type-arg]
+    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "trace", "log", scope,
+                          "--state", state, "--json"], capture_output=True, text=True,
                          check=True).stdout
-    kinds = [json.loads(line)["effect"]["intent"]["kind"] for line in out.splitlines()]
+    return [json.loads(line)["effect"] for line in out.splitlines()]
+
+
+def test_traces_open_with_corral_trace(mini_run: dict) -> None:  # type: ignore[type-arg]
+    """The task's trace is a Corral state directory holding every pair's scopes:
+    `corral trace log` lists the oracle's hunks as fs effects, one per hunk."""
+    r = mini_run["kvstore", 3, 4, "coop", "plain"]
+    kinds = [e["intent"]["kind"] for e in _log(r.trace, "3-4.coop.agent1")]
     task = load_tasks(mini_suite() / "dataset")["mini_kvstore_task/task1"]
     assert kinds[0] == "scope.fork"
     assert len([k for k in kinds if k.startswith("fs.")]) == len(oracle_steps(task.features[3]))
+
+
+def test_each_test_run_is_an_offline_exec_over_the_merged_state(mini_run: dict  # type: ignore[type-arg]
+                                                                 ) -> None:
+    """A feature's test run is a scope forked from the merged scope whose one exec
+    effect (network off) applies the tests patch and runs the tests; the environment
+    comes from the `env` scope, built once by an exec of its own."""
+    r = mini_run["kvstore", 3, 4, "coop", "plain"]
+    merged = [n for n in r.scopes if n.startswith("3-4.coop.plain.merged")]
+    assert merged, r.scopes
+    runs = [n for n in r.scopes if n.startswith("3-4.coop.plain.tests")]
+    assert len(runs) == 2
+    for name in runs:
+        effects = _log(r.trace, name)
+        assert effects[0]["intent"]["kind"] == "scope.fork"
+        assert effects[0]["intent"]["parent"] == merged[0]
+        execs = [e for e in effects if e["intent"]["kind"] == "exec"]
+        assert len(execs) == 1 and execs[0]["intent"]["network"] is False
+        assert execs[0]["outcome"]["returncode"] == 0
+        assert any(c["path"].startswith("tests/") for c in execs[0]["outcome"]["changes"])
+    env = _log(r.trace, "env")
+    assert [e["intent"]["kind"] for e in env] == ["scope.fork", "exec"]
+    assert len(env[1]["outcome"]["ignored"]) > 100  # the virtualenv: ignored files
 
 
 def _lines(path: Path) -> list[str]:

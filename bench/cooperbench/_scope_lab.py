@@ -1,0 +1,189 @@
+"""The evaluation in Corral scopes: the operations CooperBench's `test_merged` does
+with git in its container, done on a task's `TaskBench`, each an effect in the trace.
+
+- an agent branch (base + patch): the agent's own scope when the graded patch is its
+  whole diff (the tree is then base + patch by construction), else a fork of `env`
+  with `scope.patch(patch)` (`git apply`, then `--3way`);
+- the merge (`git merge agent1 --no-commit --no-ff` on agent2): agent1's branch merged
+  into a fork of agent2's by Corral's merge (libgit2's verdicts and trees, which agree
+  with git's; `union` as `* merge=union` gives);
+- each test run: a fork of the merged state (or of the branch the rules test) and one
+  `scope.exec`, network off, of runner.sh's last steps: the feature's tests.patch
+  applied as runner.sh applies it (`git apply --ignore-whitespace
+  --ignore-space-change`, else `--3way`), then the task's test command, in the
+  environment every scope shares copy-on-write from `env`.
+
+It has the methods of the stock-git `Lab` that `grade_merged` and `grade_solo` call, so
+the same rules run on both (tests/bench/test_cooperbench_rules.py runs each case on
+both). Its methods block: call them from a thread other than the bench's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from coordinator import ExecOutcome, PatchError, Scope
+
+from ._lab import ApplyStatus, MergeRun, TestRun, parse_results
+from ._taskbench import TaskBench
+
+__all__ = ["ScopeLab"]
+
+T = TypeVar("T")
+
+
+class ScopeLab:
+    """One graded unit's evaluation; its scopes are named `<prefix>.<what><n>`."""
+
+    def __init__(self, bench: TaskBench, prefix: str, known: dict[str, Scope] | None = None
+                 ) -> None:
+        self.bench = bench
+        self.prefix = prefix
+        self.base = bench.env.head
+        self._states: dict[str, Scope] = dict(known or {})
+        """A graded diff's text -> a scope whose tree is base + that diff."""
+        self.scopes: list[Scope] = []
+        """The scopes made here (the unit discards them when graded)."""
+        self._n = 0
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.bench.loop).result()
+
+    async def _fork(self, parent: Scope, what: str) -> Scope:
+        self._n += 1
+        s = await parent.fork(f"{self.prefix}.{what}{self._n}")
+        self.scopes.append(s)
+        return s
+
+    async def _apply(self, parent: Scope, patch: str, what: str) -> tuple[Scope, str]:
+        """A fork of `parent` with `patch` applied (`git apply`, else `--3way`): the
+        scope and '' or the reason it did not apply."""
+        s = await self._fork(parent, what)
+        try:
+            await s.patch(patch)
+            return s, ""
+        except PatchError:
+            try:
+                await s.patch(patch, three_way=True)
+                return s, ""
+            except PatchError as e:
+                return s, str(e)
+
+    async def _branch(self, patch: str, n: int) -> tuple[Scope, ApplyStatus]:
+        if not patch:
+            return self.bench.env, "skipped"
+        known = self._states.get(patch)
+        if known is not None:
+            return known, "applied"
+        s, error = await self._apply(self.bench.env, patch, f"agent{n}-branch")
+        if error:
+            return s, "failed"
+        self._states[patch] = s
+        return s, "applied"
+
+    def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+        """Branches agent1 and agent2, and agent1 merged into a fork of agent2."""
+        return self._call(self._merge(patch1, patch2, union))
+
+    async def _merge(self, patch1: str, patch2: str, union: bool) -> MergeRun:
+        b1, a1 = await self._branch(patch1, 1)
+        b2, a2 = await self._branch(patch2, 2)
+        if "failed" in (a1, a2):
+            return MergeRun(a1, a2, False, "", "naive")
+        target = await self._fork(b2, "merged")
+        m = await target.merge(b1)
+        strategy: Any = "naive"
+        if m.conflicts:
+            if not union:
+                return MergeRun(a1, a2, True, "", "naive")
+            m = await target.merge(b1, strategy="union")
+            strategy = "union"
+            if m.conflicts:
+                return MergeRun(a1, a2, True, "", "union", union_conflict=True)
+        diff = self.bench.diff(target)
+        self._states[diff] = target
+        return MergeRun(a1, a2, False, diff, strategy, tree=m.tree)
+
+    def normalize(self, patch: str) -> str:
+        """The identical-patch path: the patch as the tree it makes diffs (unchanged
+        when it does not apply)."""
+        return self._call(self._normalize(patch))
+
+    async def _normalize(self, patch: str) -> str:
+        s = self._states.get(patch)
+        if s is None:
+            s, error = await self._apply(self.bench.env, patch, "identical")
+            if error:
+                return patch
+        diff = self.bench.diff(s)
+        self._states[diff] = s
+        return diff
+
+    def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                  env: dict[str, str] | None, timeout: float) -> TestRun:
+        """runner.sh in a scope: the state of base + `feature_patch` forked, the tests
+        patch applied, the command run offline. `env` is ignored: commands get the
+        bench's environment."""
+        return self._call(self._test(feature_patch, tests_patch, command, timeout))
+
+    async def _test(self, feature_patch: str | None, tests_patch: str, command: str,
+                    timeout: float) -> TestRun:
+        started = time.perf_counter()
+        state = self.bench.env if not feature_patch else self._states.get(feature_patch)
+        if state is None:
+            assert feature_patch is not None
+            state, error = await self._apply(self.bench.env, feature_patch, "feature")
+            if error:
+                return _not_applied("feature.patch", error, started)
+            self._states[feature_patch] = state
+        t = await self._fork(state, "tests")
+        env = dict(self.bench.test_env)
+        if len(tests_patch) < _ENV_MAX:
+            # runner.sh's own step, in the same command: its flags, and the test files
+            # it writes recorded as the command's changes.
+            env["CORRAL_TESTS_PATCH"] = tests_patch
+            script = _APPLY_TESTS + command
+        else:  # too long for an environment variable: a patch effect first
+            try:
+                await t.patch(tests_patch)
+            except PatchError:
+                try:
+                    await t.patch(tests_patch, three_way=True)
+                except PatchError as e:
+                    return _not_applied("tests.patch", str(e), started)
+            script = command
+        result = await t.exec(["bash", "-c", script], timeout=timeout, env=env, network=False)
+        outcome = result.outcome
+        if not isinstance(outcome, ExecOutcome):
+            text = f"the test command did not run: {result.reason}\n"
+            return TestRun(False, None, 0, 0, text, time.perf_counter() - started)
+        trace = self.bench.coord.trace
+        output = (trace.blob(outcome.stdout) + trace.blob(outcome.stderr)).decode(
+            "utf-8", "replace")
+        if outcome.timed_out:
+            output += f"\ntest command timed out after {timeout:g}s\n"
+        tp, tf = parse_results(output)
+        code = None if outcome.timed_out else outcome.returncode
+        return TestRun(code == 0 and tp > 0, code, tp, tf, output,
+                       time.perf_counter() - started, outcome.timed_out, outcome.duration_s)
+
+
+_ENV_MAX = 100_000
+"""Bytes of a tests.patch passed to the command in its environment (Linux takes up to
+128 KiB per variable)."""
+
+_APPLY_TESTS = """\
+printf '%s' "$CORRAL_TESTS_PATCH" > /tmp/tests.patch
+unset CORRAL_TESTS_PATCH
+git apply --ignore-whitespace --ignore-space-change /tmp/tests.patch \\
+    || git apply --3way /tmp/tests.patch \\
+    || { echo "could not apply tests.patch" >&2; exit 1; }
+"""
+
+
+def _not_applied(name: str, error: str, started: float) -> TestRun:
+    text = f"{error}\ncould not apply {name}\n"
+    return TestRun(False, 1, *parse_results(text), text, time.perf_counter() - started)

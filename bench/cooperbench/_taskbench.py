@@ -1,0 +1,241 @@
+"""One task's Corral state for a whole run: one coordinator whose snapshot is the task's
+base commit, the scope `env` holding the task's test environment (built once, or
+unpacked from the cache), and every pair's scopes forked from `env`.
+
+    <state>/trace.git    the task's trace: every pair's scopes are branches in it
+        env                              the environment (ignored files over the base)
+        <f1>-<f2>.<setting>.agent1 …     the agents' scopes
+        <f1>-<f2>.<setting>.<merge>.…    the evaluation: branches, merged, tests
+
+One coordinator per task, not per pair: opening a state directory (the snapshot's
+import, the base layer) and closing it cost 80-450 ms a pair before. A unit's scopes
+are discarded when it is graded (their history stays under refs/corral/archive/,
+where `corral trace` finds it), so the live scopes stay few and a reopen is cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from coordinator import Coordinator, ExecOutcome, Policy, Scope, View
+from coordinator._ignore import IgnoreRules
+
+from ._dataset import Task
+from ._env import REPO, Recipe, Snapshot, _locked, recipe
+
+__all__ = ["ENV_SCOPE", "TaskBench"]
+
+ENV_SCOPE = "env"
+
+
+class UnitPolicy:
+    """The supervisor's policies, applied only to the agents of supervised units, each
+    seeing only its own unit's scopes as siblings (many pairs share one coordinator;
+    the conflict guard would otherwise compare a write with every pair's work)."""
+
+    name = "cooperbench-units"
+
+    def __init__(self, policies: Sequence[Policy]) -> None:
+        self.policies = list(policies)
+        self.units: dict[str, frozenset[str]] = {}
+        """Agent scope name -> the names of its unit's agent scopes."""
+
+    def supervise(self, names: Sequence[str]) -> None:
+        for n in names:
+            self.units[n] = frozenset(names)
+
+    def release(self, names: Sequence[str]) -> None:
+        for n in names:
+            self.units.pop(n, None)
+
+    async def __call__(self, intent: Any, view: View) -> Any:
+        unit = self.units.get(view.scope)
+        if unit is None:
+            return None
+        scoped = View(_UnitCoordinator(view._coord, unit), view.effect)  # type: ignore[arg-type]
+        for policy in self.policies:
+            decision = await policy(intent, scoped)
+            if decision is not None:
+                view.notes.extend(scoped.notes)
+                return decision
+        view.notes.extend(scoped.notes)
+        return None
+
+
+class _UnitCoordinator:
+    """A coordinator as one unit's policies see it: only that unit's scopes listed."""
+
+    def __init__(self, coord: Coordinator, names: frozenset[str]) -> None:
+        self._coord = coord
+        self.scopes = {n: s for n, s in coord.scopes.items() if n in names}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._coord, name)
+
+
+class TaskBench:
+    """Open with `async with TaskBench.open(...) as bench`."""
+
+    def __init__(self, task: Task, coord: Coordinator, env: Scope, recipe: Recipe,
+                 policy: UnitPolicy) -> None:
+        self.task = task
+        self.coord = coord
+        self.env = env
+        self.recipe = recipe
+        self.policy = policy
+        self.loop = asyncio.get_running_loop()
+        self.base_tree = coord.trace.commit(env.head).tree
+        self.test_env = dict(recipe.env)
+        self.prepared_s = 0.0
+        """Seconds building (or unpacking) the environment took in this run."""
+        self.cached = False
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, task: Task, repo: Path, state: Path, cache: Path, *,
+                   mini: bool = False, backend: str | None = None,
+                   policies: Sequence[Policy] = (), fresh: bool = False
+                   ) -> AsyncIterator[TaskBench]:
+        """The task's bench at `state` (reopened when it exists, unless `fresh`).
+        Raises Unsupported, RuntimeError (the environment could not be built)."""
+        if fresh and state.exists():
+            await _remove_state(state)
+        policy = UnitPolicy(policies)
+        base = await asyncio.to_thread(_head, repo)
+        async with Coordinator.open(state, repo=repo, base=base, backend=backend,
+                                    policies=[policy]) as coord:
+            root_tree = coord.trace.commit(coord.root.head).tree
+            rules = IgnoreRules(coord.trace.repo, root_tree)
+            snap = Snapshot(ignored=rules.ignored, exists=lambda p: p in root_tree)
+            rec = recipe(task, snap, mini=mini)
+            coord.toolchain = rec.toolchain
+            # Units a killed run left unfinished: their names are used again.
+            for s in list(coord.scopes.values()):
+                if s.name not in ("root", ENV_SCOPE) and not s.discarded:
+                    await s.discard(cause="left by an unfinished unit")
+            env = coord.scopes.get(ENV_SCOPE)
+            started = time.perf_counter()
+            cached = True
+            if env is None or env.discarded:
+                env, cached = await _build_env(coord, task, rec, cache)
+            bench = cls(task, coord, env, rec, policy)
+            bench.prepared_s = time.perf_counter() - started
+            bench.cached = cached
+            yield bench
+
+    def diff(self, scope: Scope) -> str:
+        """The diff from the base tree to `scope`'s head (tracked files only)."""
+        tree = self.coord.trace.commit(scope.head).tree
+        return self.base_tree.diff_to_tree(tree).patch or ""
+
+
+
+def _head(repo: Path) -> str:
+    return str(pygit2.Repository(str(repo)).head.target)
+
+
+async def _remove_state(state: Path) -> None:
+    """Remove a state directory (reopening it first unmounts what a killed run left)."""
+    if (state / "trace.git" / "HEAD").exists():
+        try:
+            async with Coordinator.open(state):
+                pass
+        except Exception:
+            pass
+    await asyncio.to_thread(shutil.rmtree, state, True)
+
+
+async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
+                     ) -> tuple[Scope, bool]:
+    """Fork `env` from the snapshot and put the environment in it: unpacked from the
+    cache's tar, else built by the recipe (then packed into the cache). Returns the
+    scope and whether it came from the cache. Raises RuntimeError."""
+    env = await coord.root.fork(ENV_SCOPE)
+    root = cache / "envs" / task.key.replace("/", "-")
+    tarball = root / "env.tar"
+    ready = root / "env.json"  # not ready.json: the Lab's host virtualenv keeps that name
+    # The sandbox user must reach what a command reads from the host: a fresh
+    # directory under /tmp, whatever the modes of the cache's parents.
+    shown = Path(tempfile.mkdtemp(prefix="corral-env-"))
+    os.chmod(shown, 0o755)
+    try:
+        with _locked(cache / "locks" / (task.key.replace("/", "-") + ".scope-env")):
+            recipe_id = hashlib.sha256(rec.script.encode()).hexdigest()[:16]
+            if ready.exists() and tarball.exists() and json.loads(ready.read_text()).get(
+                    "recipe") == recipe_id:
+                await asyncio.to_thread(_share, tarball, shown / "env.tar")
+                r = await _exec(coord, env, ["tar", "-xf", str(shown / "env.tar"),
+                                             "--no-same-owner", "-C", REPO],
+                                (shown, *rec.toolchain), network=False)
+                _check(r, task, root, "unpacking the cached environment")
+                return env, True
+            started = time.perf_counter()
+            if rec.seed is not None:
+                await asyncio.to_thread(rec.seed, shown)
+            variables = {**dict(rec.env), "CORRAL_SEED": str(shown)}
+            variables.pop("PIP_NO_INDEX", None)
+            r = await _exec(coord, env, ["bash", "-c", rec.script], (shown, *rec.toolchain),
+                            network=rec.network, env=variables)
+            _check(r, task, root, "building the environment")
+            root.mkdir(parents=True, exist_ok=True)
+            part = root / "env.tar.part"
+            await asyncio.to_thread(subprocess.run, ["tar", "-cf", str(part), "-C",
+                                                     str(env.path), *rec.paths], check=True)
+            os.replace(part, tarball)
+            ready.write_text(json.dumps({"task": task.key, "recipe": recipe_id,
+                                         "paths": rec.paths,
+                                         "prepared_s": round(time.perf_counter() - started, 2),
+                                         "files": len(r[0].ignored)}))
+            return env, False
+    finally:
+        shutil.rmtree(shown, ignore_errors=True)
+
+
+def _share(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    os.chmod(dst, 0o644)
+
+
+async def _exec(coord: Coordinator, scope: Scope, argv: list[str], shown: Sequence[Path], *,
+                network: bool, env: dict[str, str] | None = None
+                ) -> tuple[ExecOutcome, bytes]:
+    before = coord.toolchain
+    coord.toolchain = tuple(shown)
+    try:
+        result = await scope.exec(argv, timeout=coord.exec_limits.timeout_max, network=network,
+                                  env=env)
+    finally:
+        coord.toolchain = before
+    outcome = result.outcome
+    if not isinstance(outcome, ExecOutcome):
+        raise RuntimeError(f"{argv[0]} in scope {scope.name} did not run: {result.reason}")
+    out = coord.trace.blob(outcome.stdout) + coord.trace.blob(outcome.stderr)
+    return outcome, out
+
+
+def _check(r: tuple[ExecOutcome, bytes], task: Task, root: Path, what: str) -> None:
+    outcome, output = r
+    if outcome.returncode == 0:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "prepare.log"
+    log.write_bytes(output)
+    tail = output.decode("utf-8", "replace")[-800:]
+    raise RuntimeError(f"{what} for {task.key} failed (exit {outcome.returncode}; see {log}): "
+                       f"{tail}")
