@@ -145,8 +145,13 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
         else:
             git(dst, "fetch", "-q", "--no-tags", "--depth", "1", f"file://{src.resolve()}",
                 task.base_commit)
-        git(dst, "checkout", "-q", "--detach", task.base_commit)
-        git(dst, "branch", "-q", "-f", "base", task.base_commit)
+        # The base as a root commit of the same tree: a shallow commit's parents are
+        # missing objects, which Corral's merge (the merge base walk) cannot read.
+        tree = git(dst, "rev-parse", f"{task.base_commit}^{{tree}}").stdout.strip()
+        root = git(dst, "-c", "user.name=corral", "-c", "user.email=corral@localhost",
+                   "commit-tree", tree, "-m", f"base {task.base_commit}").stdout.strip()
+        git(dst, "checkout", "-q", "--detach", root)
+        git(dst, "branch", "-q", "-f", "base", root)
         (dst / ".git" / "corral-base-ready").write_text(task.base_commit + "\n")
     return dst
 
