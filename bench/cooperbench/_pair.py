@@ -16,31 +16,22 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pygit2
 
-from coordinator import ConflictGuard, Coordinator, Policy, Scope, load_policy
+from coordinator import Coordinator
 
-from ._agents import (
-    Agent,
-    AgentReport,
-    Job,
-    OracleAgent,
-    Step,
-    oracle_steps,
-    run_oracle_step,
-    task_text,
-)
+from ._agents import Agent, AgentReport
 from ._dataset import Pair, Task
 from ._env import Environment
 from ._evaluate import Grade, grade_merged, grade_solo
 from ._lab import Lab
 from ._records import FeatureResult, MergePolicy, PairResult, Setting, Timings
+from ._resolver import resolve_merge
+from ._team import PairBudget, TeamConfig, pair_policies, supervisor_policies, work
 
 __all__ = ["UnitConfig", "run_unit", "supervisor_policies"]
 
@@ -60,17 +51,15 @@ class UnitConfig:
     price_in: float | None = None
     """USD per million prompt tokens (for cost per pair)."""
     price_out: float | None = None
+    base_url: str | None = None
+    """The URL of the supervisor's and the resolver's models."""
+    resolver: str | None = None
+    """llm:PROVIDER/MODEL: resolves `--merge corral` conflicts (None: none)."""
 
-
-def supervisor_policies(spec: str) -> list[Policy]:
-    """The policies of a `--supervisor` value: conflict-guard, or module:attr / an entry
-    point of corral.policies (after the guard). Raises ValueError or LookupError."""
-    if spec == "conflict-guard":
-        return [ConflictGuard()]
-    if spec.startswith("llm:"):
-        raise ValueError("--supervisor llm:... is not wired into the CooperBench harness yet; "
-                         "use conflict-guard or module:attr")
-    return [ConflictGuard(), load_policy(spec)]
+    def team(self) -> TeamConfig:
+        return TeamConfig(supervisor=self.supervisor, messaging=self.messaging,
+                          max_steps=self.max_steps, max_tokens=self.max_tokens,
+                          base_url=self.base_url)
 
 
 def _safe(key: str) -> str:
@@ -121,14 +110,14 @@ async def run_unit(
     started = time.perf_counter()
     try:
         await _clear(state)
-        policies = supervisor_policies(cfg.supervisor) if setting == "supervised" else []
+        policies, budget = pair_policies(cfg.team(), setting)
         t = time.perf_counter()
         coord_cm = Coordinator.open(state, repo=repo, base=lab.base, policies=policies,
                                     backend=cfg.backend)
         coord = await coord_cm.__aenter__()
         run.timings["open"] = time.perf_counter() - t
         try:
-            await _work(cfg, coord, task, pair, setting, agent, run)
+            await _work(cfg, coord, task, pair, setting, agent, run, budget)
         finally:
             t = time.perf_counter()
             await coord_cm.__aexit__(None, None, None)
@@ -151,7 +140,7 @@ async def run_unit(
 
 
 async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
-                setting: Setting, agent: Agent, run: _Run) -> None:
+                setting: Setting, agent: Agent, run: _Run, budget: PairBudget) -> None:
     f1, f2 = task.features[pair.f1], task.features[pair.f2]
     t = time.perf_counter()
     if setting == "solo":
@@ -160,14 +149,8 @@ async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
         scopes = [await coord.root.fork("agent1"), await coord.root.fork("agent2")]
     run.timings["fork"] = time.perf_counter() - t
     t = time.perf_counter()
-    if setting == "solo":
-        job = Job(coord, scopes[0], "solo", (f1, f2), task_text((f1, f2), "solo", (), False),
-                  max_steps=cfg.max_steps, max_tokens=cfg.max_tokens)
-        run.report = await agent.run(job)
-    elif isinstance(agent, OracleAgent):
-        await _oracle_team(coord, scopes[0], scopes[1], (f1, f2), setting, run)
-    else:
-        await _team(cfg, coord, scopes, (f1, f2), agent, run)
+    run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, budget)
+    run.handoffs = run.report.handoffs
     run.timings["apply"] = time.perf_counter() - t
     base_tree = coord.trace.commit(coord.root.head).tree
     for s in scopes:
@@ -177,69 +160,14 @@ async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
     if setting != "solo" and "corral" in cfg.merges:
         t = time.perf_counter()
         target = await scopes[1].fork("merged")
-        m = await target.merge(scopes[0])
+        m = await resolve_merge(coord, target, scopes[0], cfg.resolver, cfg.base_url,
+                                run.report)
         run.scopes["merged"] = target.head
         if m.tree is not None:
             new = coord.trace.repo[m.tree].peel(pygit2.Tree)
             run.corral_diff = base_tree.diff_to_tree(new).patch or ""
         run.corral_conflicts = tuple(c.path for c in m.conflicts)
         run.timings["merge"] += time.perf_counter() - t
-
-
-async def _oracle_team(coord: Coordinator, a1: Scope, a2: Scope, features: tuple[Any, Any],
-                       setting: Setting, run: _Run) -> None:
-    """Two oracles taking turns hunk by hunk; under supervision a blocked one hands
-    its remaining work to the other."""
-    queues: dict[str, deque[Step]] = {
-        a1.name: deque(oracle_steps(features[0])), a2.name: deque(oracle_steps(features[1]))}
-    scopes = {a1.name: a1, a2.name: a2}
-    stopped: set[str] = set()
-    while any(queues[n] for n in queues if n not in stopped):
-        for name in (a1.name, a2.name):
-            if name in stopped or not queues[name]:
-                continue
-            step = queues[name].popleft()
-            result = await run_oracle_step(scopes[name], step, run.report, coord)
-            if result is None or not result.blocked or setting != "supervised":
-                continue
-            other = a2.name if name == a1.name else a1.name
-            if other in stopped:
-                continue  # nobody left to hand over to: the step is lost
-            remaining = [step, *queues[name]]
-            queues[name].clear()
-            stopped.add(name)
-            await scopes[name].send(other, f"handoff: {len(remaining)} step(s) of feature "
-                                    f"{step.feature} are yours; blocked: {result.reason}")
-            merged = await scopes[other].merge(scopes[name])
-            if merged.conflicts:
-                run.report.notes.append(f"handoff merge conflicted: "
-                                        f"{[c.path for c in merged.conflicts]}")
-            queues[other].extend(remaining)
-            run.handoffs += 1
-
-
-async def _team(cfg: UnitConfig, coord: Coordinator, scopes: list[Scope],
-                features: tuple[Any, Any], agent: Agent, run: _Run) -> None:
-    names = tuple(s.name for s in scopes)
-    per_agent = max(1, cfg.max_steps // 2)
-    tokens = cfg.max_tokens // 2 if cfg.max_tokens else None
-    jobs = [Job(coord, s, s.name, (f,), task_text((f,), s.name, tuple(n for n in names
-                                                                       if n != s.name),
-                                                   cfg.messaging),
-                tuple(n for n in names if n != s.name), cfg.messaging, per_agent, tokens)
-            for s, f in zip(scopes, features, strict=True)]
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(agent.run(j)) for j in jobs]
-    for t in tasks:
-        r = t.result()
-        rep = run.report
-        rep.steps += r.steps
-        rep.prompt_tokens += r.prompt_tokens
-        rep.cached_tokens += r.cached_tokens
-        rep.completion_tokens += r.completion_tokens
-        rep.blocked += r.blocked
-        if r.error:
-            rep.error = (rep.error + "; " if rep.error else "") + r.error
 
 
 def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str, lab: Lab,
@@ -301,5 +229,5 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
         blocked=rep.blocked, handoffs=run.handoffs, trace=str(state), scopes=run.scopes,
-        patches=files,
+        patches=files, **rep.record,
     )

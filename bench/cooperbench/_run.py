@@ -56,6 +56,10 @@ class RunSpec:
     backend: str | None = None
     price_in: float | None = None
     price_out: float | None = None
+    resolver: str | None = None
+    """llm:PROVIDER/MODEL resolving `--merge corral` conflicts."""
+    supervisor_base_url: str | None = None
+    """The supervisor's and resolver's model URL (default: the agents' base URL)."""
 
     @property
     def mini(self) -> bool:
@@ -78,7 +82,8 @@ class RunSpec:
                           messaging=self.messaging, max_steps=self.max_steps,
                           max_tokens=self.max_tokens, test_timeout=self.test_timeout,
                           backend=self.backend, price_in=self.price_in,
-                          price_out=self.price_out)
+                          price_out=self.price_out, resolver=self.resolver,
+                          base_url=self.supervisor_base_url or self.options.base_url)
 
 
 @dataclass(frozen=True, slots=True)
