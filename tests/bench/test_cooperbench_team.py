@@ -255,9 +255,13 @@ def test_budgets_are_equal_per_pair_and_enforced(server: ScriptedModelServer,
                    agent="builtin", options=AgentOptions(model="openai/busy",
                                                          base_url=server.base_url),
                    max_steps=6, workers=1)
-    results = {r.setting: r for r in run(spec)["results"]}
+    from bench.cooperbench._report import summarize
+
+    done = run(spec)["results"]
+    results = {r.setting: r for r in done}
     assert results["solo"].steps == results["coop"].steps == 6
     assert {r.max_steps for r in results.values()} == {6}
+    assert summarize(done)["budget"] == {"steps": [6], "tokens": [None], "equal": True}
 
 
 class Greedy:
