@@ -23,6 +23,7 @@ from ._lab import Lab
 from ._pair import UnitConfig, run_unit, supervisor_policies
 from ._records import MergePolicy, PairResult, Setting
 from ._store import ResultStore
+from ._team import check_supervisor
 
 __all__ = ["RunSpec", "TaskContext", "Unit", "plan", "run"]
 
@@ -228,9 +229,10 @@ def run(spec: RunSpec, on_start: Callable[[int], None] | None = None,
     """Run the spec; returns {"results": [...PairResult], "prepared": {task: s},
     "seconds": wall}. Raises ValueError / FileNotFoundError for a bad selection."""
     started = time.monotonic()
+    agent = load_agent(spec.agent, spec.options)
     if "supervised" in spec.settings:
         supervisor_policies(spec.supervisor)  # a bad --supervisor fails before any work
-    load_agent(spec.agent, spec.options)
+        check_supervisor(spec.supervisor, agent)
     tasks, pairs = plan(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(spec.out / "results.jsonl", resume=spec.resume)

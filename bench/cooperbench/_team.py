@@ -59,6 +59,7 @@ __all__ = [
     "NoMessages",
     "PairBudget",
     "TeamConfig",
+    "check_supervisor",
     "pair_policies",
     "supervisor_model",
     "supervisor_policies",
@@ -88,6 +89,14 @@ def supervisor_model(spec: str) -> str | None:
     if "/" not in model:
         raise ValueError(f"--supervisor {spec}: use llm:PROVIDER/MODEL")
     return model
+
+
+def check_supervisor(spec: str, agent: Agent) -> None:
+    """Refuse, before any work, an LLM supervisor over agents it cannot steer."""
+    if supervisor_model(spec) is not None and not (isinstance(agent, OracleAgent)
+                                                   or _is_builtin(agent)):
+        raise ValueError(f"--supervisor {spec} steers the oracle and builtin agents only "
+                         f"(not {agent.name})")
 
 
 def supervisor_policies(spec: str) -> list[Policy]:

@@ -326,3 +326,15 @@ def test_cli_json_flag_and_old_form(tmp_path: Path, capsys: pytest.CaptureFixtur
     captured = capsys.readouterr()
     assert "old form" in captured.err and not captured.out.strip().startswith("{")
     assert json.loads((tmp_path / "b.json").read_text()) == data
+
+
+def test_llm_supervisor_is_refused_for_agents_it_cannot_steer(tmp_path: Path) -> None:
+    """Before any work: a plug-in agent under an LLM supervisor, or a supervisor spec
+    without PROVIDER/MODEL."""
+    with pytest.raises(ValueError, match="oracle and builtin"):
+        run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",),
+                    agent="tests.bench.test_cooperbench_team:Chatty",
+                    supervisor="llm:openai/x"))
+    with pytest.raises(ValueError, match="PROVIDER/MODEL"):
+        run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",), supervisor="llm:x"))
+    assert not (tmp_path / "results.jsonl").exists()
