@@ -226,11 +226,13 @@ def pair_policies(cfg: TeamConfig, setting: Setting) -> tuple[list[Policy], Pair
     return chain, budget
 
 
-async def work(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
+async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                features: tuple[Feature, Feature], setting: Setting, agent: Agent,
-               budget: PairBudget, provider_options: Any = None) -> AgentReport:
+               budget: PairBudget) -> AgentReport:
     """Run the pair's agents in `scopes` (solo: one) to the end; their report, with
-    the budget and the supervisor's actions in `report.record`."""
+    the budget and the supervisor's actions in `report.record`. An agent the
+    supervisor restarted works on in a new scope of the same name: `scopes` is
+    updated in place."""
     budget.attach(coord)
     try:
         if setting == "solo":
@@ -287,7 +289,7 @@ class _OracleWorker:
         return self.stopped is None and bool(self.queue)
 
 
-async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
+async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                        features: tuple[Feature, Feature], setting: Setting,
                        budget: PairBudget) -> AgentReport:
     """Two oracles taking turns hunk by hunk, agent 1 first.
@@ -342,6 +344,7 @@ async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Sco
     finally:
         if sup is not None:
             await _close_supervisor(sup, sup_provider, report)
+        scopes[:] = [w.scope for w in workers]
     return report
 
 
@@ -391,7 +394,7 @@ def _apply_handoffs(sup: Any, seen: int, workers: dict[str, Any], budget: PairBu
 # -- model agents ---------------------------------------------------------------
 
 
-async def _model_team(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
+async def _model_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                       features: tuple[Feature, Feature], setting: Setting, agent: Agent,
                       budget: PairBudget) -> AgentReport:
     """Two model agents at once. The builtin agent runs as `agents.CodingAgent`
@@ -424,7 +427,7 @@ def _is_builtin(agent: Agent) -> bool:
     return isinstance(agent, ModelAgent) and agent.fn is builtin
 
 
-async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
+async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                        features: tuple[Feature, Feature], agent: ModelAgent,
                        budget: PairBudget, per_agent: int, tokens: int | None) -> AgentReport:
     from agents import SYSTEM_PROMPT, TOOLS, CodingAgent, ModelCaller
@@ -488,6 +491,7 @@ async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Sco
     finally:
         if sup is not None:
             await _close_supervisor(sup, sup_provider, report)
+        scopes[:] = [w.scope for w in workers]
         for p in providers:
             await p.aclose()
     return report

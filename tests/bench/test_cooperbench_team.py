@@ -338,3 +338,27 @@ def test_llm_supervisor_is_refused_for_agents_it_cannot_steer(tmp_path: Path) ->
     with pytest.raises(ValueError, match="PROVIDER/MODEL"):
         run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",), supervisor="llm:x"))
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_llm_supervisor_restart_starts_the_oracle_over(server: ScriptedModelServer,
+                                                       tmp_path: Path) -> None:
+    """A restart discards the blocked oracle's scope and starts its feature over in a
+    fresh one; the pair is graded on the new scope (its hunks blocked again, as the
+    other agent's work still stands)."""
+    restarted: list[str] = []
+
+    def once(payload: dict[str, Any]) -> Reply:
+        blocked = re.search(r"(agent[12])#\d+\S* .*blocked", _last(payload))
+        if blocked and not restarted:
+            restarted.append(blocked.group(1))
+            return call("restart", worker=blocked.group(1))
+        return call("noop", reason="fine")
+
+    server.script("s", once)
+    r = _one(RunSpec(out=tmp_path, **ADJACENT, settings=("supervised",), workers=1,
+                     supervisor="llm:openai/s", supervisor_base_url=server.base_url))
+    assert r.status in ("passed", "failed"), r.reason
+    assert restarted and any(a.startswith("discard") for a in r.supervisor_actions)
+    assert r.blocked >= 2
+    patch = (tmp_path / r.patches[restarted[0]]).read_text()
+    assert patch, "the restarted agent's new scope has its feature again"
