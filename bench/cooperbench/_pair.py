@@ -31,7 +31,7 @@ from ._evaluate import Grade, grade_merged, grade_solo
 from ._lab import Lab
 from ._records import FeatureResult, MergePolicy, PairResult, Setting, Timings
 from ._resolver import resolve_merge
-from ._team import PairBudget, TeamConfig, pair_policies, supervisor_policies, work
+from ._team import PairRules, TeamConfig, pair_policies, supervisor_policies, work
 
 __all__ = ["UnitConfig", "run_unit", "supervisor_policies"]
 
@@ -110,14 +110,14 @@ async def run_unit(
     started = time.perf_counter()
     try:
         await _clear(state)
-        policies, budget = pair_policies(cfg.team(), setting)
+        policies, rules = pair_policies(cfg.team(), setting)
         t = time.perf_counter()
         coord_cm = Coordinator.open(state, repo=repo, base=lab.base, policies=policies,
                                     backend=cfg.backend)
         coord = await coord_cm.__aenter__()
         run.timings["open"] = time.perf_counter() - t
         try:
-            await _work(cfg, coord, task, pair, setting, agent, run, budget)
+            await _work(cfg, coord, task, pair, setting, agent, run, rules)
         finally:
             t = time.perf_counter()
             await coord_cm.__aexit__(None, None, None)
@@ -140,7 +140,7 @@ async def run_unit(
 
 
 async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
-                setting: Setting, agent: Agent, run: _Run, budget: PairBudget) -> None:
+                setting: Setting, agent: Agent, run: _Run, rules: PairRules) -> None:
     f1, f2 = task.features[pair.f1], task.features[pair.f2]
     t = time.perf_counter()
     if setting == "solo":
@@ -149,7 +149,7 @@ async def _work(cfg: UnitConfig, coord: Coordinator, task: Task, pair: Pair,
         scopes = [await coord.root.fork("agent1"), await coord.root.fork("agent2")]
     run.timings["fork"] = time.perf_counter() - t
     t = time.perf_counter()
-    run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, budget)
+    run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, rules)
     run.handoffs = run.report.handoffs
     run.timings["apply"] = time.perf_counter() - t
     base_tree = coord.trace.commit(coord.root.head).tree

@@ -58,6 +58,7 @@ from ._records import Setting
 __all__ = [
     "NoMessages",
     "PairBudget",
+    "PairRules",
     "TeamConfig",
     "check_supervisor",
     "pair_policies",
@@ -109,11 +110,15 @@ def supervisor_policies(spec: str) -> list[Policy]:
 
 
 class NoMessages:
-    """Blocks every message an agent of the pair sends (`--messaging off`)."""
+    """Blocks every message an agent of the pair sends (`--messaging off`); the agents
+    are named once their scopes exist (`assign`)."""
 
     name = "messaging-off"
 
-    def __init__(self, agents: Sequence[str]) -> None:
+    def __init__(self, agents: Sequence[str] = ()) -> None:
+        self.agents = frozenset(agents)
+
+    def assign(self, agents: Sequence[str]) -> None:
         self.agents = frozenset(agents)
 
     async def __call__(self, intent: Intent, view: View, /) -> Decision | None:
@@ -130,13 +135,18 @@ class PairBudget:
 
     name = "budget"
 
-    def __init__(self, steps: int, tokens: int | None, agents: Sequence[str]) -> None:
+    def __init__(self, steps: int, tokens: int | None, agents: Sequence[str] = ()) -> None:
         self.steps, self.tokens = steps, tokens
-        n = max(1, len(agents))
-        self.share: dict[str, list[int | None]] = {
-            a: [steps // n, tokens // n if tokens is not None else None] for a in agents}
+        self.share: dict[str, list[int | None]] = {}
         self.used: dict[str, list[int]] = {}
         self._sub: Subscription | None = None
+        self.assign(agents)
+
+    def assign(self, agents: Sequence[str]) -> None:
+        """Share the budget equally among `agents` (scope names)."""
+        n = max(1, len(agents))
+        self.share = {a: [self.steps // n, self.tokens // n if self.tokens is not None
+                          else None] for a in agents}
 
     def attach(self, coord: Coordinator) -> None:
         self._sub = coord.events.subscribe(types=["effect"], kinds=["model.call"])
@@ -208,31 +218,38 @@ class PairBudget:
         return block(reason) if reason else None
 
 
-def agent_names(setting: Setting) -> tuple[str, ...]:
-    return ("solo",) if setting == "solo" else ("agent1", "agent2")
+class PairRules:
+    """A unit's own policies: no messages (when off), the budget, then the
+    supervisor's. `chain` goes into the policy chain; `work` names the agents."""
+
+    def __init__(self, cfg: TeamConfig, setting: Setting) -> None:
+        self.budget = PairBudget(cfg.max_steps, cfg.max_tokens)
+        self.messages = NoMessages() if not cfg.messaging and setting != "solo" else None
+        self.chain: list[Policy] = [p for p in (self.messages, self.budget) if p is not None]
+        if setting == "supervised":
+            self.chain.extend(supervisor_policies(cfg.supervisor))
+
+    def assign(self, agents: Sequence[str]) -> None:
+        self.budget.assign(agents)
+        if self.messages is not None:
+            self.messages.assign(agents)
 
 
-def pair_policies(cfg: TeamConfig, setting: Setting) -> tuple[list[Policy], PairBudget]:
-    """The unit's policy chain (no-messages, budget, then the supervisor's) and its
-    budget (attach it to the coordinator once open)."""
-    names = agent_names(setting)
-    budget = PairBudget(cfg.max_steps, cfg.max_tokens, names)
-    chain: list[Policy] = []
-    if not cfg.messaging and setting != "solo":
-        chain.append(NoMessages(names))
-    chain.append(budget)
-    if setting == "supervised":
-        chain.extend(supervisor_policies(cfg.supervisor))
-    return chain, budget
+def pair_policies(cfg: TeamConfig, setting: Setting) -> tuple[list[Policy], PairRules]:
+    """The unit's policy chain and its rules (`work` names the agents once forked)."""
+    rules = PairRules(cfg, setting)
+    return rules.chain, rules
 
 
 async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                features: tuple[Feature, Feature], setting: Setting, agent: Agent,
-               budget: PairBudget) -> AgentReport:
+               rules: PairRules) -> AgentReport:
     """Run the pair's agents in `scopes` (solo: one) to the end; their report, with
     the budget and the supervisor's actions in `report.record`. An agent the
     supervisor restarted works on in a new scope of the same name: `scopes` is
     updated in place."""
+    rules.assign([s.name for s in scopes])
+    budget = rules.budget
     budget.attach(coord)
     try:
         if setting == "solo":
@@ -250,7 +267,7 @@ async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                           "messaging": cfg.messaging if setting != "solo" else True})
     if setting == "supervised":
         report.record["supervisor"] = cfg.supervisor
-        report.record["supervisor_tokens"] = budget.usage("supervisor")[1]
+        report.record["supervisor_tokens"] = budget.usage(_supervisor_scope(scopes))[1]
     return report
 
 
@@ -513,9 +530,17 @@ async def _start_supervisor(cfg: TeamConfig, coord: Coordinator, workers: Sequen
     # Workers are duck-typed: the supervisor reads name, task, steps, stopped, lock,
     # scope and restart(), which the oracle worker has too.
     sup = LLMSupervisor(coord, ModelCaller(coord, provider, attempts=retries), workers,
+                        scope_name=_supervisor_scope([w.scope for w in workers]),
                         max_calls=cfg.supervisor_calls)
     await sup.start()
     return sup, provider
+
+
+def _supervisor_scope(scopes: Sequence[Scope]) -> str:
+    """The supervisor's scope name beside the agents' (`P.agent1` -> `P.supervisor`)."""
+    first = scopes[0].name
+    return first.removesuffix("agent1") + "supervisor" if first.endswith("agent1") else (
+        "supervisor")
 
 
 async def _close_supervisor(sup: Any, provider: Any, report: AgentReport) -> None:
