@@ -64,6 +64,12 @@ class Environment:
             "PYTHONPATH": str(src) if src.is_dir() else str(checkout),
             "PIP_NO_INDEX": "1", "UV_OFFLINE": "1",
         }
+        # A private temporary directory: pytest's shared /tmp/pytest-of-USER is cleaned
+        # by every session, and another program's busy mount there fails suites that
+        # turn warnings into errors (click's).
+        tmp = checkout.parent / f".{checkout.name}.tmp"
+        tmp.mkdir(exist_ok=True)
+        out["TMPDIR"] = str(tmp)
         out.update(self.extra)
         if self.offline and _can_unshare():
             out["CORRAL_BENCH_OFFLINE"] = "1"
