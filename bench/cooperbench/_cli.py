@@ -48,7 +48,7 @@ CacheOpt = Annotated[Path | None, typer.Option(
 # stdout (tables go to stderr), `-o/--json-out FILE` writes it; `main` turns the old
 # `--json FILE` into `-o FILE` with a note.
 JsonFlag = Annotated[bool, typer.Option(
-    "--json", help="Print the report as JSON on stdout (tables go to stderr).")]
+    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
 JsonOutOpt = Annotated[Path | None, typer.Option(
     "--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE.")]
 
