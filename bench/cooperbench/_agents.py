@@ -66,6 +66,23 @@ class AgentReport:
     blocked: int = 0
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    handoffs: int = 0
+    record: dict[str, Any] = field(default_factory=dict)
+    """Fields of the pair's result set by the team (budget, messaging, supervisor)."""
+
+    def add(self, other: AgentReport) -> None:
+        """Count `other` (a teammate's report) into this one."""
+        self.steps += other.steps
+        self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
+        self.completion_tokens += other.completion_tokens
+        self.blocked += other.blocked
+        self.handoffs += other.handoffs
+        self.notes.extend(other.notes)
+        if other.error:
+            self.error = (self.error + "; " if self.error else "") + other.error
+        if other.status != "finished" and self.status == "finished":
+            self.status = other.status
 
 
 @runtime_checkable
@@ -198,6 +215,10 @@ class OracleAgent:
         report = AgentReport()
         for feature in job.features:
             for step in oracle_steps(feature):
+                if report.steps >= job.max_steps:  # the step budget holds for oracles too
+                    report.status = "step_limit"
+                    report.notes.append(f"step budget spent ({job.max_steps})")
+                    return report
                 await run_oracle_step(job.scope, step, report, job.coord)
         return report
 

@@ -44,6 +44,13 @@ PairsOpt = Annotated[str | None, typer.Option(
     help="Pairs as 1-2,3-4, or N for the first N pairs.")]
 CacheOpt = Annotated[Path | None, typer.Option(
     help="Where task repositories and environments are cached (default OUT/cache).")]
+# The CLI's one JSON convention (coordinator/cli.py): `--json` prints the report on
+# stdout (tables go to stderr), `-o/--json-out FILE` writes it; `main` turns the old
+# `--json FILE` into `-o FILE` with a note.
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
+JsonOutOpt = Annotated[Path | None, typer.Option(
+    "--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE.")]
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -67,12 +74,19 @@ def run_cmd(
                                        "or module:attr.")] = "oracle",
     model: Annotated[str | None, typer.Option(help="PROVIDER/MODEL for builtin.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-/Anthropic-compatible URL.")] = None,
-    supervisor: Annotated[str, typer.Option(help="conflict-guard, or module:attr / a "
+    supervisor: Annotated[str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL (an LLM "
+                                            "supervisor over the guard), or module:attr / a "
                                             "corral.policies entry point.")] = "conflict-guard",
+    resolver: Annotated[str | None, typer.Option(help="llm:PROVIDER/MODEL: resolves the "
+                                                 "conflicts of --merge corral.")] = None,
+    supervisor_base_url: Annotated[str | None, typer.Option(
+        help="URL of the supervisor's and resolver's models (default --base-url).")] = None,
     messaging: Annotated[str, typer.Option(help="on or off: coop agents may message.")] = "on",
-    max_steps: Annotated[int, typer.Option(help="Steps per pair (solo: all; coop: half per "
-                                           "agent).")] = 60,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens per pair.")] = None,
+    max_steps: Annotated[int, typer.Option(help="Steps per pair, the same in every setting "
+                                           "(solo: all; coop, supervised: half per agent; "
+                                           "a handoff passes the rest on).")] = 60,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per pair, shared like "
+                                                   "--max-steps.")] = None,
     test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
     workers: Annotated[int, typer.Option(help="Pairs run at once.")] = 2,
     executor: Annotated[str, typer.Option(help="local or ray.")] = "local",
@@ -85,8 +99,8 @@ def run_cmd(
     backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
     price_in: Annotated[float | None, typer.Option(help="USD per 1M prompt tokens.")] = None,
     price_out: Annotated[float | None, typer.Option(help="USD per 1M completion tokens.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON.")] = (
-        None),
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the table as Markdown.")] = None,
     png: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here "
                                            "(default OUT/report.png).")] = None,
@@ -97,6 +111,11 @@ def run_cmd(
         return
     if messaging not in ("on", "off"):
         _fail("--messaging is on or off")
+    if resolver is not None and not resolver.startswith("llm:"):
+        _fail("--resolver is llm:PROVIDER/MODEL")
+    if resolver is not None and "corral" not in _csv(merge):
+        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+    out_console = err if json_flag else console
     if executor not in ("local", "ray"):
         _fail("--executor is local or ray")
     name = dataset.resolve().name if dataset else "mini"
@@ -112,7 +131,8 @@ def run_cmd(
             supervisor=supervisor, messaging=messaging == "on", max_steps=max_steps,
             max_tokens=max_tokens, test_timeout=test_timeout, workers=workers,
             env_cache=env_cache.resolve() if env_cache else None, resume=resume,
-            backend=backend, price_in=price_in, price_out=price_out)
+            backend=backend, price_in=price_in, price_out=price_out, resolver=resolver,
+            supervisor_base_url=supervisor_base_url)
         report = _run_with_progress(spec, executor, address)
     except (ValueError, LookupError, FileNotFoundError, ImportError) as e:
         _fail(str(e))
@@ -123,13 +143,13 @@ def run_cmd(
                     "settings": list(spec.settings), "merges": list(spec.merges),
                     "executor": executor, "workers": workers, "seconds": report["seconds"],
                     "pairs_selected": report["pairs"]})
-    console.print(render(summary, f"CooperBench ({name}, agent {agent})"))
+    out_console.print(render(summary, f"CooperBench ({name}, agent {agent})"))
     if summary["prepared_s"]:
-        console.print("environments prepared: " + ", ".join(
+        out_console.print("environments prepared: " + ", ".join(
             f"{k} {v:.1f}s" for k, v in summary["prepared_s"].items()))
-    console.print(f"{len(results)} results in {report['seconds']:.1f}s; run directory "
-                  f"{out_dir} (traces: corral trace log <f1>-<f2>.<setting>.agent1 --state "
-                  f"{out_dir}/traces/<task>)")
+    out_console.print(f"{len(results)} results in {report['seconds']:.1f}s; run directory "
+                      f"{out_dir} (traces: corral trace log <f1>-<f2>.<setting>.agent1 --state "
+                      f"{out_dir}/traces/<task>)")
     (out_dir / "report.json").write_text(json.dumps(summary, indent=2))
     (out_dir / "report.md").write_text(to_markdown(summary))
     png_path = png or out_dir / "report.png"
@@ -137,8 +157,7 @@ def run_cmd(
         plot(summary, results, png_path)
     except ImportError as e:
         err.print(f"[yellow]no plot:[/] {e}")
-    if json_out:
-        json_out.write_text(json.dumps(summary, indent=2))
+    _emit_json(summary, json_flag, json_out)
     if markdown:
         markdown.write_text(to_markdown(summary))
 
@@ -183,8 +202,8 @@ def conflicts_cmd(
     pairs: PairsOpt = None,
     workers: Annotated[int, typer.Option(help="Tasks merged at once.")] = 2,
     env_cache: CacheOpt = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the census as JSON.")] = (
-        None),
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
 ) -> None:
     """The plain-merge census of the gold pairs (no tests run), compared with
     dataset/gold_conflict_report.json when the dataset has one."""
@@ -229,7 +248,8 @@ def conflicts_cmd(
         totals = [a + b for a, b in zip(totals, vals, strict=True)]
         table.add_row(key, *map(str, vals))
     table.add_row("[bold]total", *map(str, totals))
-    console.print(table)
+    out = err if json_flag else console
+    out.print(table)
     data: dict[str, Any] = {"pairs": [r.as_dict() for r in rows], "totals": dict(zip(
         ("pairs", "conflict", "clean", "missing_input", "error", "union_clean"), totals,
         strict=True))}
@@ -237,13 +257,30 @@ def conflicts_cmd(
     if report.exists():
         cmp = compare_with_report(rows, report)
         data["comparison"] = cmp
-        console.print(f"compared with {report.name}: {cmp['compared']} pairs, "
+        out.print(f"compared with {report.name}: {cmp['compared']} pairs, "
                       f"{len(cmp['differences'])} differ")
         for d in cmp["differences"]:
-            console.print(f"  {d['task']} {d['f1']}-{d['f2']}: ours {d['ours']} (apply "
+            out.print(f"  {d['task']} {d['f1']}-{d['f2']}: ours {d['ours']} (apply "
                           f"{'/'.join(d['apply'])}), theirs {d['theirs']}")
-    if json_out:
-        json_out.write_text(json.dumps(data, indent=2))
+    _emit_json(data, json_flag, json_out)
+
+
+def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2))
+    if to_stdout:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def legacy_json(args: list[str]) -> list[str]:
+    """The old `--json FILE` as `-o FILE` (with a note on stderr); other args as given."""
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a == "--json" and not out[i + 1].startswith("-") and out[i + 1] != "conflicts":
+            err.print(f"[yellow]note:[/] `--json FILE` is the old form; use `-o {out[i + 1]}` "
+                      "(`--json` alone prints JSON on stdout)")
+            out[i] = "-o"
+    return out
 
 
 def _fail(message: str) -> None:
@@ -253,7 +290,7 @@ def _fail(message: str) -> None:
 
 def main(args: list[str]) -> None:
     """Entry from `corral bench cooperbench ARGS...`."""
-    app(args=args, prog_name="corral bench cooperbench")
+    app(args=legacy_json(args), prog_name="corral bench cooperbench")
 
 
 if __name__ == "__main__":

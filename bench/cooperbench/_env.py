@@ -77,6 +77,12 @@ class Environment:
             "PYTHONPATH": str(src) if src.is_dir() else str(checkout),
             "PIP_NO_INDEX": "1", "UV_OFFLINE": "1",
         }
+        # A private temporary directory: pytest's shared /tmp/pytest-of-USER is cleaned
+        # by every session, and another program's busy mount there fails suites that
+        # turn warnings into errors (click's).
+        tmp = checkout.parent / f".{checkout.name}.tmp"
+        tmp.mkdir(exist_ok=True)
+        out["TMPDIR"] = str(tmp)
         out.update(self.extra)
         if self.offline and _can_unshare():
             out["CORRAL_BENCH_OFFLINE"] = "1"
@@ -158,8 +164,13 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
         else:
             git(dst, "fetch", "-q", "--no-tags", "--depth", "1", f"file://{src.resolve()}",
                 task.base_commit)
-        git(dst, "checkout", "-q", "--detach", task.base_commit)
-        git(dst, "branch", "-q", "-f", "base", task.base_commit)
+        # The base as a root commit of the same tree: a shallow commit's parents are
+        # missing objects, which Corral's merge (the merge base walk) cannot read.
+        tree = git(dst, "rev-parse", f"{task.base_commit}^{{tree}}").stdout.strip()
+        root = git(dst, "-c", "user.name=corral", "-c", "user.email=corral@localhost",
+                   "commit-tree", tree, "-m", f"base {task.base_commit}").stdout.strip()
+        git(dst, "checkout", "-q", "--detach", root)
+        git(dst, "branch", "-q", "-f", "base", root)
         (dst / ".git" / "corral-base-ready").write_text(task.base_commit + "\n")
     return dst
 

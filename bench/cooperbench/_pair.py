@@ -11,37 +11,33 @@ Settings:
   answer to a blocked intent is a handoff: the blocked agent sends its remaining work
   to the other, who merges the blocked agent's branch (Corral's merge) and applies the
   rest of that feature on its own branch after its own; the blocked agent stops.
+
+Each unit's own policies (the pair's budget, no messages when messaging is off, the
+supervisor's when supervised: `_team.pair_policies`) apply to its scopes only
+(`UnitPolicy`); how the agents work is `_team.work`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator import ConflictGuard, Coordinator, Policy, Scope, load_policy
+from coordinator import Scope
 
-from ._agents import (
-    Agent,
-    AgentReport,
-    Job,
-    OracleAgent,
-    Step,
-    oracle_steps,
-    run_oracle_step,
-    task_text,
-)
+from ._agents import Agent, AgentReport
 from ._dataset import Pair, Task
 from ._evaluate import Grade, grade_merged, grade_solo
 from ._lab import TestRun
 from ._patches import sanitize, strip_tests
 from ._records import FeatureResult, MergePolicy, PairResult, Setting, Timings
+from ._resolver import resolve_merge
 from ._scope_lab import ScopeLab
 from ._taskbench import TaskBench
+from ._team import TeamConfig, pair_policies, supervisor_policies, work
 
 __all__ = ["UnitConfig", "run_unit", "supervisor_policies"]
 
@@ -61,17 +57,15 @@ class UnitConfig:
     price_in: float | None = None
     """USD per million prompt tokens (for cost per pair)."""
     price_out: float | None = None
+    base_url: str | None = None
+    """The URL of the supervisor's and the resolver's models."""
+    resolver: str | None = None
+    """llm:PROVIDER/MODEL: resolves `--merge corral` conflicts (None: none)."""
 
-
-def supervisor_policies(spec: str) -> list[Policy]:
-    """The policies of a `--supervisor` value: conflict-guard, or module:attr / an entry
-    point of corral.policies (after the guard). Raises ValueError or LookupError."""
-    if spec == "conflict-guard":
-        return [ConflictGuard()]
-    if spec.startswith("llm:"):
-        raise ValueError("--supervisor llm:... is not wired into the CooperBench harness yet; "
-                         "use conflict-guard or module:attr")
-    return [ConflictGuard(), load_policy(spec)]
+    def team(self) -> TeamConfig:
+        return TeamConfig(supervisor=self.supervisor, messaging=self.messaging,
+                          max_steps=self.max_steps, max_tokens=self.max_tokens,
+                          base_url=self.base_url)
 
 
 def _safe(key: str) -> str:
@@ -130,7 +124,13 @@ async def run_unit(
     except Exception as e:
         error = e
     t = time.perf_counter()
-    for s in reversed(run.made):
+    # What the unit made, and what the supervisor made for it (its own scope, an
+    # agent restarted in a new scope of the same name), all named under the prefix.
+    made = [*reversed(run.made), *(s for n, s in list(bench.coord.scopes.items())
+                                   if n.startswith(prefix + "."))]
+    for s in made:
+        if s.discarded:
+            continue
         try:
             await s.discard()
         except Exception as e:  # the results stand; the scope stays live
@@ -159,21 +159,14 @@ async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
         run.made.append(scopes[-1])
     run.timings["fork"] = time.perf_counter() - t
     names = [s.name for s in scopes]
-    if setting == "supervised":
-        bench.policy.supervise(names)
+    policies, rules = pair_policies(cfg.team(), setting)
+    bench.policy.supervise(names, policies)
     t = time.perf_counter()
     try:
-        if setting == "solo":
-            job = Job(coord, scopes[0], "solo", (f1, f2),
-                      task_text((f1, f2), "solo", (), False),
-                      max_steps=cfg.max_steps, max_tokens=cfg.max_tokens)
-            run.report = await agent.run(job)
-        elif isinstance(agent, OracleAgent):
-            await _oracle_team(coord, scopes[0], scopes[1], (f1, f2), setting, run)
-        else:
-            await _team(cfg, coord, scopes, (f1, f2), agent, run)
+        run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, rules)
     finally:
         bench.policy.release(names)
+    run.handoffs = run.report.handoffs
     run.timings["apply"] = time.perf_counter() - t
     for role, s in zip(roles, scopes, strict=True):
         run.scopes[s.name] = s.head
@@ -183,69 +176,14 @@ async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
         t = time.perf_counter()
         target = await scopes[1].fork(f"{prefix}.merged")
         run.made.append(target)
-        m = await target.merge(scopes[0])
+        m = await resolve_merge(coord, target, scopes[0], cfg.resolver, cfg.base_url,
+                                run.report)
         run.scopes[target.name] = target.head
         if m.tree is not None:
             run.corral_diff = bench.diff(target)
             _remember(run, run.corral_diff, target)
         run.corral_conflicts = tuple(c.path for c in m.conflicts)
         run.timings["merge"] += time.perf_counter() - t
-
-
-async def _oracle_team(coord: Coordinator, a1: Scope, a2: Scope, features: tuple[Any, Any],
-                       setting: Setting, run: _Run) -> None:
-    """Two oracles taking turns hunk by hunk; under supervision a blocked one hands
-    its remaining work to the other."""
-    queues: dict[str, deque[Step]] = {
-        a1.name: deque(oracle_steps(features[0])), a2.name: deque(oracle_steps(features[1]))}
-    scopes = {a1.name: a1, a2.name: a2}
-    stopped: set[str] = set()
-    while any(queues[n] for n in queues if n not in stopped):
-        for name in (a1.name, a2.name):
-            if name in stopped or not queues[name]:
-                continue
-            step = queues[name].popleft()
-            result = await run_oracle_step(scopes[name], step, run.report, coord)
-            if result is None or not result.blocked or setting != "supervised":
-                continue
-            other = a2.name if name == a1.name else a1.name
-            if other in stopped:
-                continue  # nobody left to hand over to: the step is lost
-            remaining = [step, *queues[name]]
-            queues[name].clear()
-            stopped.add(name)
-            await scopes[name].send(other, f"handoff: {len(remaining)} step(s) of feature "
-                                    f"{step.feature} are yours; blocked: {result.reason}")
-            merged = await scopes[other].merge(scopes[name])
-            if merged.conflicts:
-                run.report.notes.append(f"handoff merge conflicted: "
-                                        f"{[c.path for c in merged.conflicts]}")
-            queues[other].extend(remaining)
-            run.handoffs += 1
-
-
-async def _team(cfg: UnitConfig, coord: Coordinator, scopes: list[Scope],
-                features: tuple[Any, Any], agent: Agent, run: _Run) -> None:
-    names = tuple(s.name for s in scopes)
-    per_agent = max(1, cfg.max_steps // 2)
-    tokens = cfg.max_tokens // 2 if cfg.max_tokens else None
-    jobs = [Job(coord, s, s.name, (f,), task_text((f,), s.name, tuple(n for n in names
-                                                                       if n != s.name),
-                                                   cfg.messaging),
-                tuple(n for n in names if n != s.name), cfg.messaging, per_agent, tokens)
-            for s, f in zip(scopes, features, strict=True)]
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(agent.run(j)) for j in jobs]
-    for t in tasks:
-        r = t.result()
-        rep = run.report
-        rep.steps += r.steps
-        rep.prompt_tokens += r.prompt_tokens
-        rep.cached_tokens += r.cached_tokens
-        rep.completion_tokens += r.completion_tokens
-        rep.blocked += r.blocked
-        if r.error:
-            rep.error = (rep.error + "; " if rep.error else "") + r.error
 
 
 def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
@@ -307,5 +245,5 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
         blocked=rep.blocked, handoffs=run.handoffs, trace=str(state),
         scopes={**run.scopes, **graded},
-        patches=files,
+        patches=files, **rep.record,
     )

@@ -90,6 +90,21 @@ class PairResult(_Frozen):
     blocked: int = 0
     """Intents the supervisor blocked."""
     handoffs: int = 0
+    max_steps: int = 0
+    """The pair's step budget (the same in every setting; 0: not recorded)."""
+    max_tokens: int | None = None
+    """The pair's token budget (None: unlimited)."""
+    messaging: bool = True
+    """Whether the agents could message each other."""
+    supervisor: str = ""
+    """The supervisor of a supervised pair (conflict-guard, llm:..., module:attr)."""
+    supervisor_actions: tuple[str, ...] = ()
+    """An LLM supervisor's decisions, in order (action, target, detail)."""
+    supervisor_tokens: int = 0
+    """Tokens of the LLM supervisor's model calls (not in the agents' budget)."""
+    resolved: tuple[str, ...] = ()
+    """Paths whose conflict the LLM resolver resolved (merge policy corral)."""
+    resolver_tokens: int = 0
     trace: str = ""
     """The pair's coordinator state directory (open it with `corral trace`)."""
     scopes: dict[str, str] = Field(default_factory=dict)

@@ -76,6 +76,13 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
             "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
             if counted else 0.0,
             "handoffs": sum(r.handoffs for r in counted),
+            "budget": sorted({(r.max_steps, r.max_tokens) for r in rs if r.max_steps},
+                             key=str),
+            "steps_per_pair": round(statistics.fmean(r.steps for r in counted), 2)
+            if counted else 0.0,
+            "supervisor_tokens_per_pair": round(statistics.fmean(
+                r.supervisor_tokens for r in counted), 1) if counted else 0,
+            "resolved_pairs": sum(bool(r.resolved) for r in counted),
             "tokens_per_pair": round(statistics.fmean(
                 r.prompt_tokens + r.completion_tokens for r in counted), 1) if counted else 0,
             "cost_per_pair": round(statistics.fmean(r.cost_usd for r in counted
@@ -116,6 +123,11 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
                                                                for r in counted), 3)
             if counted else None,
         })
+    budgets = {tuple(b) for row in out["rows"] for b in row["budget"]}
+    # Settings compare fairly only under one budget per pair.
+    out["budget"] = {"steps": [b[0] for b in sorted(budgets, key=str)],
+                     "tokens": [b[1] for b in sorted(budgets, key=str)],
+                     "equal": len(budgets) <= 1}
     out["prepared_s"] = prepared or {}
     out["timings_median_s"] = _timing_medians(results)
     return out
@@ -162,7 +174,14 @@ def render(summary: dict[str, Any], title: str = "CooperBench") -> Table:
             _pct(row["feature_pass_rate"]), f"{row['blocked_per_pair']:.1f}",
             f"{row['tokens_per_pair']:.0f}",
             f"{row['seconds_per_pair_median']:.2f}" if row["seconds_per_pair_median"] else "—")
-    notes = [f"retention {r['row']}/solo = {r['retention']:.2f}" for r in summary["retention"]]
+    budget = summary.get("budget") or {}
+    notes = []
+    if budget.get("steps"):
+        notes.append("budget per pair: " + ", ".join(
+            f"{s} steps, {t if t is not None else 'unlimited'} tokens"
+            for s, t in zip(budget["steps"], budget["tokens"], strict=True))
+            + ("" if budget["equal"] else "  [bold red]NOT EQUAL across results[/]"))
+    notes += [f"retention {r['row']}/solo = {r['retention']:.2f}" for r in summary["retention"]]
     notes += [f"McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} discordant of "
               f"{m['pairs']}, p = {m['p_value']:.3g}" for m in summary["mcnemar"]]
     table.caption = "\n".join(notes)

@@ -23,6 +23,7 @@ from ._pair import UnitConfig, run_unit, supervisor_policies
 from ._records import MergePolicy, PairResult, Setting
 from ._store import ResultStore
 from ._taskbench import TaskBench
+from ._team import check_supervisor
 
 __all__ = ["RunSpec", "TaskContext", "Unit", "plan", "run"]
 
@@ -56,6 +57,10 @@ class RunSpec:
     backend: str | None = None
     price_in: float | None = None
     price_out: float | None = None
+    resolver: str | None = None
+    """llm:PROVIDER/MODEL resolving `--merge corral` conflicts."""
+    supervisor_base_url: str | None = None
+    """The supervisor's and resolver's model URL (default: the agents' base URL)."""
 
     @property
     def mini(self) -> bool:
@@ -78,7 +83,8 @@ class RunSpec:
                           messaging=self.messaging, max_steps=self.max_steps,
                           max_tokens=self.max_tokens, test_timeout=self.test_timeout,
                           backend=self.backend, price_in=self.price_in,
-                          price_out=self.price_out)
+                          price_out=self.price_out, resolver=self.resolver,
+                          base_url=self.supervisor_base_url or self.options.base_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +123,10 @@ class TaskContext:
 
     async def open(self, stack: AsyncExitStack, spec: RunSpec) -> TaskBench:
         """Open the task's bench for as long as `stack` (raises Unsupported,
-        RuntimeError)."""
-        policies = supervisor_policies(spec.supervisor) if "supervised" in spec.settings \
-            else []
+        RuntimeError). Each unit brings its own policies (`run_unit`)."""
         self.bench = await stack.enter_async_context(TaskBench.open(
             self.task, self.repo, self.state, spec.cache, mini=spec.mini,
-            backend=spec.backend, policies=policies, fresh=not spec.resume))
+            backend=spec.backend, fresh=not spec.resume))
         return self.bench
 
 
@@ -213,9 +217,10 @@ def run(spec: RunSpec, on_start: Callable[[int], None] | None = None,
     """Run the spec; returns {"results": [...PairResult], "prepared": {task: s},
     "seconds": wall}. Raises ValueError / FileNotFoundError for a bad selection."""
     started = time.monotonic()
+    agent = load_agent(spec.agent, spec.options)
     if "supervised" in spec.settings:
         supervisor_policies(spec.supervisor)  # a bad --supervisor fails before any work
-    load_agent(spec.agent, spec.options)
+        check_supervisor(spec.supervisor, agent)
     tasks, pairs = plan(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(spec.out / "results.jsonl", resume=spec.resume)

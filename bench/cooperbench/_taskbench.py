@@ -42,20 +42,23 @@ ENV_SCOPE = "env"
 
 
 class UnitPolicy:
-    """The supervisor's policies, applied only to the agents of supervised units, each
-    seeing only its own unit's scopes as siblings (many pairs share one coordinator;
-    the conflict guard would otherwise compare a write with every pair's work)."""
+    """Each unit's own policies (its budget, its supervisor's), applied only to that
+    unit's scopes, each seeing only its own unit's scopes as siblings (many pairs share
+    one coordinator; the conflict guard would otherwise compare a write with every
+    pair's work). `policies` are the default for a unit named without its own."""
 
     name = "cooperbench-units"
 
-    def __init__(self, policies: Sequence[Policy]) -> None:
+    def __init__(self, policies: Sequence[Policy] = ()) -> None:
         self.policies = list(policies)
-        self.units: dict[str, frozenset[str]] = {}
-        """Agent scope name -> the names of its unit's agent scopes."""
+        self.units: dict[str, tuple[frozenset[str], list[Policy]]] = {}
+        """Agent scope name -> the names of its unit's agent scopes, the unit's chain."""
 
-    def supervise(self, names: Sequence[str]) -> None:
+    def supervise(self, names: Sequence[str], policies: Sequence[Policy] | None = None
+                  ) -> None:
+        chain = list(self.policies if policies is None else policies)
         for n in names:
-            self.units[n] = frozenset(names)
+            self.units[n] = (frozenset(names), chain)
 
     def release(self, names: Sequence[str]) -> None:
         for n in names:
@@ -65,25 +68,40 @@ class UnitPolicy:
         unit = self.units.get(view.scope)
         if unit is None:
             return None
-        scoped = View(_UnitCoordinator(view._coord, unit), view.effect)  # type: ignore[arg-type]
-        for policy in self.policies:
-            decision = await policy(intent, scoped)
-            if decision is not None:
-                view.notes.extend(scoped.notes)
-                return decision
-        view.notes.extend(scoped.notes)
-        return None
+        names, chain = unit
+        scoped = View(_UnitRuntime(view._rt, names), view.effect)  # type: ignore[arg-type]
+        try:
+            for policy in chain:
+                decision = await policy(intent, scoped)
+                if decision is not None:
+                    return decision
+            return None
+        finally:
+            view.notes.extend(scoped.notes)
 
 
-class _UnitCoordinator:
-    """A coordinator as one unit's policies see it: only that unit's scopes listed."""
+class _UnitRuntime:
+    """The coordinator's runtime as one unit's policies see it: only that unit's
+    scopes are live (a View reads the scopes through its runtime's registry)."""
 
-    def __init__(self, coord: Coordinator, names: frozenset[str]) -> None:
-        self._coord = coord
-        self.scopes = {n: s for n, s in coord.scopes.items() if n in names}
+    def __init__(self, runtime: Any, names: frozenset[str]) -> None:
+        self._rt = runtime
+        self.scopes = _UnitScopes(runtime.scopes, names)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._coord, name)
+        return getattr(self._rt, name)
+
+
+class _UnitScopes:
+    def __init__(self, registry: Any, names: frozenset[str]) -> None:
+        self._registry = registry
+        self._names = names
+
+    def live(self) -> list[Any]:
+        return [s for s in self._registry.live() if s.name in self._names]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
 
 
 class TaskBench:
