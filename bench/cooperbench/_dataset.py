@@ -100,6 +100,10 @@ class Task:
 
     @cached_property
     def test_command(self) -> str:
+        if self.language in ("go", "typescript", "rust"):
+            from ._toolchains import test_command as toolchain_command
+
+            return toolchain_command(self)
         return test_command((self.path / "runner.sh").read_text())
 
 
