@@ -75,7 +75,7 @@ cd /workspace/repo
 git apply "/patches/$TEST_PATCH"
 # Analyze test patch for test functions
 TEST_FUNCS=()
-NEW_FUNCS=$(grep -o "func Test[a-zA-Z0-9_]*" "/patches/$TEST_PATCH" 2>/dev/null | sed 's/func //' || true)
+NEW_FUNCS=$(grep -o "func Test[a-zA-Z0-9_]*" "/patches/$TEST_PATCH" | sed 's/func //' || true)
 for func in $NEW_FUNCS; do
     TEST_FUNCS+=("$func")
 done
