@@ -185,7 +185,7 @@ class _Prep:
 
 
 def _tail(text: str, n: int = 3) -> str:
-    """The last lines of an error, the most telling first ("Caused by:" chains)."""
+    """The last lines of a failed command's output, where its error is."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " | ".join(lines[-n:])
 
