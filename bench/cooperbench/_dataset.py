@@ -71,7 +71,10 @@ class Task:
         out = dict(re.findall(r'^(REPO_NAME|BASE_COMMIT)="?([^"\n]+)"?', text, re.MULTILINE))
         m = re.search(r"git clone\s+(\S+)", text)
         if m:
-            out["URL"] = m.group(1).strip("\"'")
+            # typst's setup.sh clones https://github.com/${REPO_OWNER}/${REPO_NAME}.
+            names = dict(re.findall(r'^([A-Z_]+)="?([^"\s]+)"?', text, re.MULTILINE))
+            out["URL"] = re.sub(r"\$\{?([A-Z_]+)\}?", lambda v: names.get(v.group(1), v.group(0)),
+                                m.group(1).strip("\"'"))
         return out
 
     @property
@@ -100,6 +103,10 @@ class Task:
 
     @cached_property
     def test_command(self) -> str:
+        if self.language in ("go", "typescript", "rust"):
+            from ._toolchains import test_command as toolchain_command
+
+            return toolchain_command(self)
         return test_command((self.path / "runner.sh").read_text())
 
 

@@ -177,18 +177,10 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
 
 def check_toolchain(task: Task) -> None:
     """Raises Unsupported when this machine cannot prepare `task`'s environment."""
-    if task.language == "go":
-        raise Unsupported("Go task: no `go` toolchain on this machine (apt-get install golang)"
-                          if not shutil.which("go") else
-                          "Go task: go environments are not prepared by this harness yet")
-    if task.language == "typescript":
-        raise Unsupported("TypeScript task: npm environments are not prepared by this harness "
-                          "(node " + ("present" if shutil.which("node") else "missing") + ")")
-    if task.language == "rust":
-        raise Unsupported("Rust task: cargo environments are not prepared by this harness "
-                          "(cargo " + ("present" if shutil.which("cargo") else "missing") + ")")
     if task.language != "python":
-        raise Unsupported(f"{task.language} task: no environment recipe")
+        from ._toolchains import check  # Go, TypeScript, Rust: one preparer each
+
+        return check(task)
 
 
 def prepare_env(task: Task, repo: Path, cache: Path, *, mini: bool = False) -> Environment:
@@ -200,6 +192,10 @@ def prepare_env(task: Task, repo: Path, cache: Path, *, mini: bool = False) -> E
     if mini:
         return Environment.current()
     check_toolchain(task)
+    if task.language != "python":
+        from ._toolchains import prepare
+
+        return prepare(task, repo, cache)
     root = cache / "envs" / task.key.replace("/", "-")
     ready = root / "ready.json"
     with _locked(cache / "locks" / (task.key.replace("/", "-") + ".env")):

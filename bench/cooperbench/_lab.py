@@ -226,9 +226,13 @@ class Lab:
                     return TestRun(False, r.returncode, *parse_results(text_out), text_out,
                                    time.perf_counter() - started)
         argv = ["bash", "-c", command]
-        env = dict(env)
+        # runner.sh's name for the tests patch (the Go runners grep it for Test functions).
+        env = {**env, "TEST_PATCH": str(self._patches / "tests.patch")}
         if env.pop("CORRAL_BENCH_OFFLINE", "") == "1":
-            argv = ["unshare", "--net", "--", *argv]
+            # A new network namespace has its loopback down; tests that serve on
+            # 127.0.0.1 (Go's httptest, aiohttp) need it up.
+            argv = ["unshare", "--net", "--", "sh", "-c",
+                    'ip link set lo up 2>/dev/null || true; exec "$@"', "sh", *argv]
         began = time.perf_counter()
         try:
             r2 = subprocess.run(argv, cwd=self.path, env=env, capture_output=True, timeout=timeout)

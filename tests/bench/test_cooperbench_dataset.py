@@ -84,10 +84,11 @@ def test_the_test_command_is_the_runner_scripts_test_step() -> None:
     assert "pip install" not in cmd and cmd.startswith("set -e\n")
 
 
-def test_a_task_without_its_toolchain_is_unsupported_not_failed(dataset: Path,
-                                                                tmp_path: Path) -> None:
-    """A Go task on a machine without go (or whose environments the harness does not
-    prepare) is reported `unsupported` with the reason, outside the pass rate."""
+def test_a_task_without_its_toolchain_is_unsupported_not_failed(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Go task on a machine without go is reported `unsupported` with the reason,
+    outside the pass rate."""
+    monkeypatch.setenv("CORRAL_BENCH_GO", str(tmp_path / "no-go"))  # whether or not go is here
     spec = RunSpec(out=tmp_path / "out", dataset=dataset, task="go_y", settings=("coop",),
                    pairs="1-2")
     (r,) = run(spec)["results"]
