@@ -98,7 +98,9 @@ def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     a non-empty directory that is not a demo's state is refused, untouched."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp)}
+    # COLUMNS: rich wraps an error at the terminal width; a long temp path would split
+    # the message this test looks for.
+    env = {**os.environ, "TMPDIR": str(tmp), "COLUMNS": "500"}
     state = tmp_path / "state"
     for _ in range(2):
         proc = subprocess.run([*CORRAL, "demo", "--state", str(state)], capture_output=True,
