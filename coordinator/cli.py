@@ -24,7 +24,7 @@ from rich.table import Table
 from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
-from .cli_shared import BackendOpt, console, err, fail
+from .cli_shared import BackendOpt, console, err, fail, one_malloc_arena
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -354,6 +354,7 @@ load_commands(app)
 
 
 def main() -> None:
+    one_malloc_arena()  # before any thread: see its docstring
     try:
         app()
     except CorralError as e:
