@@ -386,7 +386,7 @@ def _main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    from coordinator.cli_shared import one_malloc_arena
+    from coordinator._malloc import one_arena
 
-    one_malloc_arena()  # as `corral` itself runs (the figures are the server's)
+    one_arena()  # as `corral` itself runs (the figures are the server's)
     _main(sys.argv[1:])

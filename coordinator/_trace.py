@@ -34,6 +34,7 @@ from ._effects import Effect, ScopeFork, ScopeRewind
 from ._errors import NotFound, StateError
 from ._ignore import load_ignored
 from ._journal import Journal, JournalBounds
+from ._malloc import trim
 
 __all__ = [
     "ARCHIVE_PREFIX", "FORK_PREFIX", "IGNORED_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace",
@@ -223,6 +224,7 @@ class Trace:
         held = self._handles.get(ident)
         if held is not None and held.generation != self._generation:
             del self._handles[ident]
+            trim()  # what that handle held goes back to the kernel, not the heap
 
     def idle(self) -> None:
         """Call where this thread's unit of work ends (an io job): it holds no
@@ -258,6 +260,7 @@ class Trace:
                     held.loop.call_soon_threadsafe(self.renew_handle)
                 except RuntimeError:  # that loop is closed: nothing runs on it
                     self._handles.pop(ident, None)
+        trim()  # the sealed generations and the dropped handles
 
     def start(self) -> None:
         """Checkpoint the journal in the background from now on."""

@@ -23,8 +23,9 @@ from rich.table import Table
 
 from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
+from ._malloc import one_arena
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
-from .cli_shared import BackendOpt, console, err, fail, one_malloc_arena
+from .cli_shared import BackendOpt, console, err, fail
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -354,7 +355,7 @@ load_commands(app)
 
 
 def main() -> None:
-    one_malloc_arena()  # before any thread: see its docstring
+    one_arena()  # before any thread starts (coordinator/_malloc.py says why)
     try:
         app()
     except CorralError as e:

@@ -8,8 +8,6 @@ and register them through the `corral.commands` entry point group (see
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import sys
 from pathlib import Path
@@ -25,7 +23,6 @@ __all__ = [
     "JsonOutOpt",
     "LegacyJsonFile",
     "console",
-    "one_malloc_arena",
     "emit_json",
     "err",
     "fail",
@@ -35,24 +32,6 @@ __all__ = [
 
 console = Console()
 err = Console(stderr=True)
-
-_M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
-
-
-def one_malloc_arena() -> bool:
-    """Make glibc's malloc use one arena for every thread of this process, as
-    `MALLOC_ARENA_MAX=1` would; call it before threads start. Why: the journal's
-    objects and each checkpoint's pack are built on the coordinator's io threads,
-    and glibc gives each thread an arena of its own that keeps what was freed
-    resident: 30-60 MB after a 30k-write burst, against ~10 MB with one arena
-    (memory in use is the same 8 MB either way; `corral bench substrate
-    --history` shows it). Returns False where it cannot apply (not glibc)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(_M_ARENA_MAX, 1))
-    except (OSError, AttributeError, TypeError):  # musl, macOS: no such knob
-        return False
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

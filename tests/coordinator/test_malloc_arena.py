@@ -18,9 +18,9 @@ pytestmark = pytest.mark.skipif(
 _PROBE = textwrap.dedent(
     """
     import ctypes, ctypes.util, os, sys, tempfile, threading
-    from coordinator.cli_shared import one_malloc_arena
+    from coordinator._malloc import one_arena
     if sys.argv[1] == "one":
-        assert one_malloc_arena()
+        assert one_arena()
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     libc.malloc.restype = ctypes.c_void_p
     libc.fdopen.restype = ctypes.c_void_p
@@ -53,3 +53,32 @@ def test_one_malloc_arena_keeps_threads_in_one_heap() -> None:
     assert _arenas("default") > 1  # the probe can tell: threads get arenas of their own
     assert _arenas("one") == 1
 
+
+
+_TRIM_PROBE = textwrap.dedent(
+    """
+    import ctypes, ctypes.util
+    from coordinator._malloc import trim
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    def anon_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon"):
+                return int(line.split()[1]) / 1024
+    blocks = [libc.malloc(8192) for _ in range(8000)]  # ~64 MB, below mmap's threshold
+    for b in blocks:
+        ctypes.memset(b, 1, 8192)
+    for b in blocks[:-1]:  # the last one pins the heap's top: no automatic trim
+        libc.free(ctypes.c_void_p(b))
+    before = anon_mb()
+    trim()
+    print(before, anon_mb())
+    """
+)
+
+
+def test_trim_gives_freed_heap_pages_back() -> None:
+    out = subprocess.run([sys.executable, "-c", _TRIM_PROBE], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    before, after = map(float, out.split())
+    assert before - after > 40, (before, after)
