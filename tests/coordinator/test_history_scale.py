@@ -401,7 +401,7 @@ async def test_a_checkpoint_renews_the_handles_and_the_old_ones_are_freed_at_onc
             await asyncio.sleep(0)
             assert old_loop() is None, "the loop thread's handle was renewed and freed"
             assert old_io() is None, "the idle io thread's handle was dropped and freed"
-            threads = len(coord._pool._threads)
+            threads = len(coord.runtime._pool._threads)
             gate = threading.Barrier(threads, timeout=10)
 
             def read() -> bytes:  # one job on every io thread
