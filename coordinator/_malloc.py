@@ -3,11 +3,11 @@
 The journal's objects and each checkpoint's pack are built on the io threads
 and freed at the checkpoint. glibc keeps freed memory resident: in an arena per
 thread by default, and inside its heap until asked to give whole free pages
-back. Memory in use after a 30k-write burst and its checkpoint is what it was
-before (8.3 -> 9.5 MB by `mallinfo2`), but RSS stayed 30-60 MB higher. One
-arena and a trim after each checkpoint that wrote a pack bring it back to
-~10-17 MB over the start (the rest is the interpreter's own arenas).
-Elsewhere (musl, macOS) both are no-ops.
+back. Memory in use after a 50k-write burst and its checkpoint is what it was
+before (8.3 -> 9.5 MB by `mallinfo2`), but RSS stayed 30-60 MB higher; one
+arena and a trim after each checkpoint that wrote a pack took a probe's from
+61 to 45 MB (28 at start; the README has the benchmark's figures). Elsewhere
+(musl, macOS) both are no-ops.
 """
 
 from __future__ import annotations
