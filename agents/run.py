@@ -32,7 +32,7 @@ from ._model_effects import ModelCaller
 from .coding import AgentResult, CodingAgent
 from .entry import AgentFn, load_agent
 from .providers import Provider, provider_from_spec
-from .supervisor import LLMSupervisor
+from .supervisor import LLMSupervisor, run_to_rest
 
 __all__ = [
     "MergeSummary",
@@ -299,7 +299,6 @@ async def _drive(
     meta: LLMSupervisor | None,
     progress: Callable[[Event], None] | None,
 ) -> dict[str, AgentResult]:
-    results: dict[str, AgentResult] = {}
     sub = coord.events.subscribe(types=["effect"]) if progress is not None else None
 
     async def watch() -> None:
@@ -307,29 +306,11 @@ async def _drive(
         async for event in sub:
             progress(event)
 
-    async def drive(w: CodingAgent | _External) -> None:
-        while True:
-            results[w.name] = await w.run()
-            if meta is None:
-                return
-            await meta.settle()  # let the supervisor react to the end of this run
-            if w.name not in meta.revive:
-                return
-            meta.revive.discard(w.name)
-
     async with asyncio.TaskGroup() as outer:
         if sub is not None:
             outer.create_task(watch())
         try:
-            todo = list(workers)
-            while todo:
-                async with asyncio.TaskGroup() as tg:
-                    for w in todo:
-                        tg.create_task(drive(w))
-                # A worker acted on after its own run ended (by another's settle) runs again.
-                todo = [w for w in workers if meta is not None and w.name in meta.revive]
-                if meta is not None:
-                    meta.revive.clear()
+            results = await run_to_rest(workers, meta)
         finally:
             if sub is not None:
                 sub.close()

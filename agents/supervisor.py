@@ -31,8 +31,8 @@ worker only while holding that worker's step lock (between its steps).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
 from coordinator import (
     Coordinator,
@@ -50,7 +50,7 @@ from ._transcript import step_commit
 from .coding import CodingAgent
 from .providers import ChatMessage, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
 
-__all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor"]
+__all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor", "run_to_rest"]
 
 SUPERVISOR_PROMPT = """\
 You supervise coding agents ("workers") that work in parallel, each on its own copy of one \
@@ -325,3 +325,44 @@ def _describe(e: Effect) -> str:
     elif e.error:
         line += f": {e.error}"
     return line
+
+
+class _Worker(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def run(self) -> Any: ...
+
+
+W = TypeVar("W", bound=_Worker)
+
+
+async def run_to_rest(workers: Sequence[W], supervisor: LLMSupervisor | None,
+                      after_run: Callable[[W], Awaitable[None]] | None = None
+                      ) -> dict[str, Any]:
+    """Run every worker at once until none has more to do; each worker's last result
+    by name. After a worker's run ends the supervisor reacts (`after_run(worker)`,
+    default `supervisor.settle()`); a worker it acted on after its run had ended
+    (`supervisor.revive`: a note, a handoff, a rewind) runs again, as does one acted
+    on by another's settle once the round is over."""
+    results: dict[str, Any] = {}
+
+    async def drive(w: W) -> None:
+        while True:
+            results[w.name] = await w.run()
+            if supervisor is None:
+                return
+            await (after_run(w) if after_run is not None else supervisor.settle())
+            if w.name not in supervisor.revive:
+                return
+            supervisor.revive.discard(w.name)
+
+    todo = list(workers)
+    while todo:
+        async with asyncio.TaskGroup() as tg:
+            for w in todo:
+                tg.create_task(drive(w))
+        todo = [w for w in workers if supervisor is not None and w.name in supervisor.revive]
+        if supervisor is not None:
+            supervisor.revive.clear()
+    return results

@@ -449,6 +449,7 @@ async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                        budget: PairBudget, per_agent: int, tokens: int | None) -> AgentReport:
     from agents import SYSTEM_PROMPT, TOOLS, CodingAgent, ModelCaller
     from agents.providers import provider_from_spec
+    from agents.supervisor import run_to_rest
 
     assert agent.options.model is not None
     names = tuple(s.name for s in scopes)
@@ -478,27 +479,9 @@ async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
 
             for w in workers:
                 w.before_step = before
-        results: dict[str, Any] = {}
-
-        async def drive(w: Any) -> None:
-            while True:
-                results[w.name] = await w.run()
-                if sup is None:
-                    return
-                await w.before_step()  # the supervisor reacts to the end of this run
-                if w.name not in sup.revive:
-                    return
-                sup.revive.discard(w.name)
-
-        todo = list(workers)
-        while todo:
-            async with asyncio.TaskGroup() as tg:
-                for w in todo:
-                    tg.create_task(drive(w))
-            # An agent acted on after its own run ended runs again.
-            todo = [w for w in workers if sup is not None and w.name in sup.revive]
-            if sup is not None:
-                sup.revive.clear()
+        # The supervisor reacts to the end of each run as it does before each step.
+        results = await run_to_rest(workers, sup,
+                                    (lambda _w: before()) if sup is not None else None)
         for w in workers:
             r = results[w.name]
             report.add(AgentReport(status=r.status, steps=r.steps, prompt_tokens=r.prompt_tokens,
