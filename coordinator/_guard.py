@@ -2,7 +2,9 @@
 
 On every write intent it merges, for the written file only, the writer's
 tentative content against each live sibling's version over their merge base
-(libgit2's three-way file merge). A write whose hunks would conflict is
+(libgit2's three-way file merge), under the merge driver the writer's
+committed `.gitattributes` name, as the merge will (`merge=union`: text never
+conflicts; `-merge`/`binary`: a file both changed does). A write whose hunks would conflict is
 blocked (or deferred) with a reason that names the file, the lines and the
 scope (and effect) that own them. Explicit claims reserve paths or line ranges.
 """
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import pygit2
 
 from ._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
+from ._favor import merge_driver
 from ._merge import merge_file, parse_hunks
 from ._policy import View
 
@@ -145,14 +148,23 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
     if o is None or t is None:
         verb = "deleted" if t is None else "changed"
         return f"{path} was {verb} by {who}; your {'delete' if o is None else 'write'} conflicts"
+    # As the merge will: the writer's own `.gitattributes` name the driver.
+    driver = merge_driver(trace.repo, ours_head, trace.tree_of(ours_head), path)
+    if driver == "binary":
+        return f"{path} (merged as binary) was changed by {who}; your write conflicts"
     merged = merge_file(trace.repo, path, anc, o, t)
-    if merged.automergeable:
-        return ""
+    if merged.automergeable or (driver == "union" and not _is_binary(trace, o, t)):
+        return ""  # union keeps both sides' lines: text never conflicts
     hunks = parse_hunks(merged.contents)
     if hunks:
         spans = ", ".join(f"{h.ours_start}-{h.ours_end}" for h in hunks)
         return f"lines {spans} of {path} conflict with changes by {who}"
     return f"{path} conflicts with changes by {who}"
+
+
+def _is_binary(trace: Trace, *sides: tuple[str, int]) -> bool:
+    # git's test (a NUL in the first 8000 bytes): union gives up on binary files.
+    return any(b"\0" in trace.blob(blob)[:8000] for blob, _ in sides)
 
 
 def _who(trace: Trace, writer: str | None, scope: str) -> str:

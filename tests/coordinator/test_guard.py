@@ -54,3 +54,27 @@ async def test_claims_reserve_paths_and_lines(tmp_path: Path, sample_repo):
         assert (await b.write("src/app.py", app_with(10, "bob"))).ok
         guard.release("alice")
         assert (await b.write("docs/guide.md", b"x\n")).ok
+
+
+async def test_guard_predicts_under_the_writers_merge_attributes(tmp_path: Path, sample_repo):
+    """The guard predicts what the merge will do: under a committed `merge=union` the
+    same-line edits it blocks otherwise are allowed (and then merge clean); under
+    `-merge` even edits far apart are blocked, as the merge would conflict."""
+    async with Coordinator.open(tmp_path / "s", sample_repo,
+                                policies=[ConflictGuard()]) as coord:
+        await coord.root.write(".gitattributes", b"notes.txt merge=union\n*.cfg -merge\n")
+        await coord.root.write("notes.txt", app_with(3, "base"))
+        await coord.root.write("app.cfg", app_with(3, "base"))
+        a, b = await coord.root.fork("alice"), await coord.root.fork("bob")
+        await a.write("notes.txt", app_with(3, "alice"))
+        assert (await b.write("notes.txt", app_with(3, "bob"))).ok
+        await a.write("app.cfg", app_with(3, "alice"))
+        r = await b.write("app.cfg", app_with(18, "bob far away"))
+        assert r.blocked and "app.cfg (merged as binary)" in r.reason and "alice" in r.reason
+        assert (await a.merge(b, dry_run=True)).clean  # notes.txt: union of both
+    async with Coordinator.open(tmp_path / "t", sample_repo,
+                                policies=[ConflictGuard()]) as coord:
+        await coord.root.write("notes.txt", app_with(3, "base"))
+        a, b = await coord.root.fork("alice"), await coord.root.fork("bob")
+        await a.write("notes.txt", app_with(3, "alice"))
+        assert (await b.write("notes.txt", app_with(3, "bob"))).blocked  # no attribute
