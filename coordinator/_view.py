@@ -8,7 +8,8 @@ run reads of the trace (git work that blocks) on the coordinator's threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,6 +51,20 @@ class View:
         self.notes: list[str] = []
         """Remarks of policies that abstained (a reviewer that timed out, a gate
         approval); the chain appends them to the final decision's reason."""
+        self._only: frozenset[str] | None = None
+
+    def among(self, names: Collection[str]) -> View:
+        """This view listing only the live scopes in `names` (in `scopes` and
+        `siblings`): for a policy that governs one group of scopes among many
+        (one pair of a benchmark run) and must not compare with the others.
+        Notes made through it are this view's."""
+        narrowed = copy.copy(self)  # shares `notes`
+        narrowed._only = frozenset(names)
+        return narrowed
+
+    def _live(self) -> list[Any]:
+        live = self._rt.scopes.live()
+        return live if self._only is None else [s for s in live if s.name in self._only]
 
     def note(self, text: str) -> None:
         """Record a remark in the final decision without deciding."""
@@ -57,12 +72,12 @@ class View:
 
     def scopes(self) -> list[ScopeInfo]:
         """Every live scope."""
-        return [s.info() for s in self._rt.scopes.live()]
+        return [s.info() for s in self._live()]
 
     def siblings(self) -> list[ScopeInfo]:
         """Every live scope but the deciding one and root: the work a write of
         this scope could conflict with when they merge."""
-        return [s.info() for s in self._rt.scopes.live() if s.name not in (self.scope, "root")]
+        return [s.info() for s in self._live() if s.name not in (self.scope, "root")]
 
     def head(self, scope: str) -> str:
         """The head commit of live scope `scope`; raises UnknownScope."""

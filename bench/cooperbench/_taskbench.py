@@ -69,39 +69,12 @@ class UnitPolicy:
         if unit is None:
             return None
         names, chain = unit
-        scoped = View(_UnitRuntime(view._rt, names), view.effect)  # type: ignore[arg-type]
-        try:
-            for policy in chain:
-                decision = await policy(intent, scoped)
-                if decision is not None:
-                    return decision
-            return None
-        finally:
-            view.notes.extend(scoped.notes)
-
-
-class _UnitRuntime:
-    """The coordinator's runtime as one unit's policies see it: only that unit's
-    scopes are live (a View reads the scopes through its runtime's registry)."""
-
-    def __init__(self, runtime: Any, names: frozenset[str]) -> None:
-        self._rt = runtime
-        self.scopes = _UnitScopes(runtime.scopes, names)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rt, name)
-
-
-class _UnitScopes:
-    def __init__(self, registry: Any, names: frozenset[str]) -> None:
-        self._registry = registry
-        self._names = names
-
-    def live(self) -> list[Any]:
-        return [s for s in self._registry.live() if s.name in self._names]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._registry, name)
+        scoped = view.among(names)  # notes made through it are the view's
+        for policy in chain:
+            decision = await policy(intent, scoped)
+            if decision is not None:
+                return decision
+        return None
 
 
 class TaskBench:

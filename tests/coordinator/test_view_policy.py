@@ -150,3 +150,29 @@ async def test_an_act_that_raises_is_recorded_failed_and_the_error_passes_throug
             await a.perform(ToolCall(tool="ask", arguments={}), act)
         last = coord.log(a)[-1]
         assert (last.status, last.error) == ("failed", "the model is down")
+
+
+async def test_a_view_among_a_group_lists_only_that_group(tmp_path, sample_repo):
+    """`view.among(names)` lists only those scopes: the conflict guard run through it
+    compares a write with its own group only, and a note made through it reaches the
+    decision."""
+    from coordinator import ConflictGuard
+
+    guard = ConflictGuard()
+    groups = {"a1": {"a1", "a2"}, "a2": {"a1", "a2"}, "b1": {"b1"}}
+    seen: list[list[str]] = []
+
+    async def grouped(intent: Intent, view: View) -> Decision | None:
+        narrowed = view.among(groups[view.scope])
+        seen.append(sorted(s.name for s in narrowed.siblings()))
+        narrowed.note(f"group of {view.scope}")
+        return await guard(intent, narrowed)
+
+    async with Coordinator.open(tmp_path / "s", sample_repo, policies=[grouped]) as coord:
+        a1, a2, b1 = [await coord.root.fork(n) for n in ("a1", "a2", "b1")]
+        assert (await a1.write("README.md", b"a1's\n")).ok
+        r = await b1.write("README.md", b"b1's\n")  # another group: not compared
+        assert r.ok and seen[-1] == []
+        r = await a2.write("README.md", b"a2's\n")
+        assert r.blocked and "a1" in r.reason and "group of a2" in r.reason
+        assert seen[-1] == ["a1"]
