@@ -328,7 +328,10 @@ def _typescript_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
              *(f"export {k}={v}" for k, v in {**quiet, **_NO_BINARY_DOWNLOADS}.items()),
              f"{install} >{log} 2>&1 || " + _unsupported(
                  f"TypeScript task: its packages could not be installed ({install})", log),
-             f"mkdir -p {tools} && rm -rf {scratch}",
+             # A file, so node_modules exists (a trace keeps no empty directory)
+             # even for a package without dependencies.
+             "mkdir -p node_modules && echo \"built by Corral's CooperBench recipe\" "
+             "> node_modules/.corral-env", f"rm -rf {scratch}",
              "rmdir --ignore-fail-on-non-empty .cache", f"export npm_config_cache={cache}"]
     if manager:
         # A bare `pnpm test` / `yarn test` in the runner finds this one.

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -169,7 +171,9 @@ def test_a_missing_go_is_unsupported_with_how_to_get_it(tmp_path: Path,
 needs_go = pytest.mark.skipif(bool(_lacks(_go_toolchain)), reason=_lacks(_go_toolchain))
 
 GO_BASE = {"go.mod": "module example.com/calc\n\ngo 1.18\n",
-           "calc.go": "package calc\n\nfunc Add(a, b int) int { return a + b }\n"}
+           "calc.go": "package calc\n\nfunc Add(a, b int) int { return a + b }\n",
+           "calc_test.go": "package calc\n\nimport \"testing\"\n\n"
+                           "func TestAdd(t *testing.T) {}\n"}
 # Feature 1's test serves on 127.0.0.1 inside the offline sandbox: loopback is up.
 GO_FEATURES = [
     ({"mul.go": "package calc\n\nfunc Mul(a, b int) int { return a * b }\n"},
@@ -220,9 +224,9 @@ def test_a_go_pair_is_built_once_in_the_snapshot_and_tested_offline(tmp_path: Pa
     assert _env_tree_is_base(tmp_path)
     logs = tmp_path / "out" / "logs" / "calc_task-task1" / "1-2"
     f1 = (logs / "coop-plain-f1.log").read_text()
-    # $TEST_PATCH is feature 1's tests patch: its one Test function, not feature 2's.
-    assert "Found test functions to run: TestMul\n" in f1 and "--- PASS: TestMul" in f1
-    assert "TestSub" not in f1
+    # $TEST_PATCH is feature 1's tests patch: only its Test function runs, not the
+    # base's TestAdd (which an empty pattern would run too).
+    assert "--- PASS: TestMul" in f1 and "TestAdd" not in f1
 
 
 @needs_go
@@ -293,15 +297,17 @@ def test_a_toolchain_the_sandbox_user_cannot_reach_is_unsupported(tmp_path: Path
     """Run by root, the sandbox's commands are another uid: a toolchain under a
     directory that lets no other user in (like rustup's under /root) cannot be shown,
     and the reason says so; one others can read is shown read-only."""
-    private = tmp_path / "private"
-    (private / "toolchain" / "bin").mkdir(parents=True)
-    private.chmod(0o700)
-    with pytest.raises(Unsupported, match="lets no other user in"):
-        _show(private / "toolchain", "the Rust toolchain")
-    private.chmod(0o755)
-    tmp_path.chmod(0o755)
-    assert _show(private / "toolchain", "the Rust toolchain") == (private / "toolchain",)
-    assert _show(Path("/usr/lib"), "the Go toolchain") == ()
+    # Under /tmp (which lets everyone in), not tmp_path (pytest's is private).
+    private = Path(tempfile.mkdtemp(prefix="corral-toolchain-"))
+    try:
+        (private / "toolchain" / "bin").mkdir(parents=True)
+        with pytest.raises(Unsupported, match="lets no other user in"):
+            _show(private / "toolchain", "the Rust toolchain")  # mkdtemp's mode: 0700
+        private.chmod(0o755)
+        assert _show(private / "toolchain", "the Rust toolchain") == (private / "toolchain",)
+    finally:
+        shutil.rmtree(private)
+    assert _show(Path("/usr/lib/go-1.19"), "the Go toolchain") == ()
 
 
 # -- TypeScript ----------------------------------------------------------------------
@@ -332,7 +338,8 @@ for (const f of fs.readdirSync('src').filter((f) => f.endsWith('.test.js'))) {
     catch (e) { failed++; console.log('FAIL ' + name + ': ' + e.message); }
   }
 }
-console.log(`Tests: ${failed ? failed + ' failed, ' : ''}${passed} passed, ${passed + failed} total`);
+const head = failed ? failed + ' failed, ' : '';
+console.log(`Tests: ${head}${passed} passed, ${passed + failed} total`);
 process.exit(failed || !passed ? 1 : 0);
 """,
     "src/add.js": "exports.add = (a, b) => a + b;\n",
@@ -362,7 +369,7 @@ def test_a_typescript_pair_installs_once_into_node_modules_and_tests_offline(
     assert [f.tests_passed for f in r.features] == [1, 1]
     assert _env_tree_is_base(tmp_path)
     tar = tmp_path / "out" / "cache" / "envs" / "calc_task-task1" / "env.tar"
-    assert "node_modules/.cache/corral-tools" in tarfile.open(tar).getnames()
+    assert "node_modules/.corral-env" in tarfile.open(tar).getnames()
 
 
 def test_a_typescript_monorepo_is_unsupported_with_the_reason(tmp_path: Path) -> None:
