@@ -14,10 +14,10 @@ runner.sh, offline, in a scope forked from `env` (so all of them share it).
                 the runner's `npx pnpm@N` is found in the npm cache
                 `node_modules/.cache/corral-npm`, a bare `pnpm` or `yarn` in
                 `node_modules/.cache/corral-tools`; tests with npm offline.
-    rust        a cargo whose toolchain the sandbox can show; `cargo fetch --locked`
-                into CARGO_HOME `.cache/corral-cargo`, then the Dockerfile's own
-                `cargo build` steps into the target directory; tests with
-                CARGO_NET_OFFLINE.
+    rust        a cargo whose toolchain the sandbox can show; `cargo vendor --locked`
+                (fetching with a scratch CARGO_HOME in /tmp) into the tests' CARGO_HOME
+                `.cache/corral-cargo`, then the Dockerfile's own `cargo build` steps
+                into the target directory; tests with CARGO_NET_OFFLINE.
 
 A missing toolchain, one the sandbox cannot show, or dependencies that cannot be
 fetched here (crates.io, the Go module proxy and GitHub are out of reach on some
@@ -260,7 +260,8 @@ def _unsupported(reason: str, log: str) -> str:
     """bash: the last lines of `log`, then `reason` (with the log's last line) as the
     script's verdict that the task cannot run here, and exit."""
     return (f"{{ tail -n 20 {log}; echo \"{UNSUPPORTED_MARK}{reason} "
-            f"($(grep -v '^[[:space:]]*$' {log} | tail -n 1))\"; exit 1; }}")
+            f"($(grep -v -e '^[[:space:]]*$' -e 'complete log of this run' {log} | tail -n 1))\"; "
+            "exit 1; }")
 
 
 def _go_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
@@ -324,7 +325,11 @@ def _typescript_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
     log = "/tmp/corral-npm.log"
     quiet = {"npm_config_update_notifier": "false", "npm_config_fund": "false",
              "npm_config_audit": "false", "npm_config_logs_dir": "/tmp/npm-logs"}
-    lines = ["set -e", f"export npm_config_cache={scratch}/npm",
+    lines = ["set -e", "unset npm_config_offline",
+             # npm's global npmrc (a machine's cafile, say) lives under its prefix,
+             # which `--prefix` below would move.
+             'export npm_config_globalconfig="$(npm config get globalconfig)"',
+             f"export npm_config_cache={scratch}/npm",
              *(f"export {k}={v}" for k, v in {**quiet, **_NO_BINARY_DOWNLOADS}.items()),
              f"{install} >{log} 2>&1 || " + _unsupported(
                  f"TypeScript task: its packages could not be installed ({install})", log),
@@ -373,11 +378,18 @@ def _rust_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
     builds = [c.strip() for ln in re.findall(r"^RUN\s+(.*(?:\\\n.*)*)", text, re.MULTILINE)
               for c in ln.replace("\\\n", " ").split("&&") if c.strip().startswith("cargo ")]
     log = "/tmp/corral-cargo.log"
-    lines = ["set -e", "unset CARGO_NET_OFFLINE", 'mkdir -p "$CARGO_HOME"',
-             f"cargo fetch{locked} >{log} 2>&1 || " + _unsupported(
+    # Fetched with a CARGO_HOME in /tmp, then vendored into the workspace's: a cargo
+    # home holds git repositories (the crates.io index before sparse, git
+    # dependencies), and a `.git` is no path a trace records. The vendored sources
+    # and the config replacing crates.io with them are all the tests need offline.
+    lines = ["set -e", "unset CARGO_NET_OFFLINE", 'home="$CARGO_HOME"',
+             'export CARGO_HOME=/tmp/cargo-home', 'mkdir -p "$home"',
+             f'cargo vendor{locked} "$home/vendor" >"$home/config.toml" 2>{log} || '
+             + _unsupported(
                  f"Rust task: its crates could not be fetched here{_lock_summary(snapshot)}"
-                 f"{_version_note(task, tc)} (cargo fetch)", log),
-             "export CARGO_NET_OFFLINE=true", *(builds or ["cargo test --no-run"]), ""]
+                 f"{_version_note(task, tc)} (cargo vendor{locked})", log),
+             'export CARGO_HOME="$home" CARGO_NET_OFFLINE=true',
+             *(builds or ["cargo test --no-run"]), ""]
     return Recipe("rust", "\n".join(lines), tuple(dict.fromkeys((home, target))), env,
                   toolchain=tc.shown)
 
