@@ -259,9 +259,9 @@ def _env(toolchain: Toolchain, *path: str, **variables: str) -> tuple[tuple[str,
 def _unsupported(reason: str, log: str) -> str:
     """bash: the last lines of `log`, then `reason` (with the log's last line) as the
     script's verdict that the task cannot run here, and exit."""
-    return (f"{{ tail -n 20 {log}; echo \"{UNSUPPORTED_MARK}{reason} "
-            f"($(grep -v -e '^[[:space:]]*$' -e 'complete log of this run' {log} | tail -n 1))\"; "
-            "exit 1; }")
+    last = f"grep -v -e '^[[:space:]]*$' -e 'complete log of this run' {log} | tail -n 1"
+    return (f"{{ tail -n 20 {log}; printf '%s (%s)\\n' "
+            f"{shlex.quote(UNSUPPORTED_MARK + reason)} \"$({last})\"; exit 1; }}")
 
 
 def _go_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
