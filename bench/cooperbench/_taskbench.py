@@ -188,7 +188,8 @@ async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
                      ) -> tuple[Scope, bool]:
     """Fork `env` from the snapshot and put the environment in it: unpacked from the
     cache's tar, else built by the recipe (then packed into the cache). Returns the
-    scope and whether it came from the cache. Raises RuntimeError."""
+    scope and whether it came from the cache. Raises RuntimeError, Unsupported (the
+    recipe's script said why), each after discarding the scope."""
     env = await coord.root.fork(ENV_SCOPE)
     try:
         return await _fill_env(coord, env, task, rec, cache)

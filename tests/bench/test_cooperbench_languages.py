@@ -230,6 +230,25 @@ def test_a_go_pair_is_built_once_in_the_snapshot_and_tested_offline(tmp_path: Pa
 
 
 @needs_go
+def test_a_tests_patch_too_long_for_the_environment_is_still_test_patch(tmp_path: Path
+                                                                         ) -> None:
+    """A tests patch over 100 KB is applied as a patch effect, not through the
+    command's environment; $TEST_PATCH then names a copy in the ignored `.cache/`, and
+    the Go runner still runs only that patch's Test function."""
+    filler = "".join(f"// filler line {i:06d} of a long test file\n" for i in range(3000))
+    (src, tests), second = GO_FEATURES
+    features = [(src, {"mul_test.go": tests["mul_test.go"] + filler}), second]
+    dataset = make_task(tmp_path, "calc", "FROM golang:1.21-alpine\n", GO_RUNNER, GO_BASE,
+                        features)
+    assert (dataset / "calc_task" / "task1" / "feature1" / "tests.patch").stat().st_size > 110_000
+    (r,) = _run(tmp_path, dataset)
+    assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
+    f1 = (tmp_path / "out" / "logs" / "calc_task-task1" / "1-2" / "coop-plain-f1.log"
+          ).read_text()
+    assert "--- PASS: TestMul" in f1 and "TestAdd" not in f1
+
+
+@needs_go
 def test_go_modules_that_cannot_be_downloaded_make_the_task_unsupported(tmp_path: Path
                                                                          ) -> None:
     """A module requiring a module no proxy has (an .invalid host) is unsupported,
