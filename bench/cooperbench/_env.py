@@ -181,7 +181,7 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
 def check_toolchain(task: Task) -> None:
     """Raises Unsupported when this machine cannot prepare `task`'s environment."""
     if task.language != "python":
-        from ._toolchains import check  # Go, TypeScript, Rust: one preparer each
+        from ._toolchains import check  # Go, TypeScript, Rust: one recipe each
 
         return check(task)
 
