@@ -337,7 +337,7 @@ def _typescript_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
              # even for a package without dependencies.
              "mkdir -p node_modules && echo \"built by Corral's CooperBench recipe\" "
              "> node_modules/.corral-env", f"rm -rf {scratch}",
-             "rmdir --ignore-fail-on-non-empty .cache", f"export npm_config_cache={cache}"]
+             "rmdir .cache 2>/dev/null || true", f"export npm_config_cache={cache}"]
     if manager:
         # A bare `pnpm test` / `yarn test` in the runner finds this one.
         lines.append(f"npm install --prefix {tools} --no-save --no-package-lock {manager} "
