@@ -103,6 +103,8 @@ class Task:
 
     @cached_property
     def test_command(self) -> str:
+        """The test step of runner.sh, run at /workspace/repo in a scope forked from
+        the task's `env` (Go, TypeScript and Rust: `_toolchains.test_command`)."""
         if self.language in ("go", "typescript", "rust"):
             from ._toolchains import test_command as toolchain_command
 

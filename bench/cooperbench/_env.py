@@ -13,8 +13,10 @@ and every test run share it copy-on-write, and tests run offline in Corral scope
 built paths are kept as a tar under `cache/envs/<task>/` and later runs unpack it in the
 `env` scope instead of building again.
 
+Python's recipe is here; Go's, TypeScript's and Rust's are in `_toolchains`.
+
 `Environment` and `prepare_env` are the host-side environment of the stock-git `Lab`
-(the reference the scope evaluation is checked against).
+(the reference the scope evaluation is checked against), for Python tasks only.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ._lab import git
 
 __all__ = [
     "REPO",
+    "UNSUPPORTED_MARK",
     "Environment",
     "Recipe",
     "Snapshot",
@@ -178,7 +181,7 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
 def check_toolchain(task: Task) -> None:
     """Raises Unsupported when this machine cannot prepare `task`'s environment."""
     if task.language != "python":
-        from ._toolchains import check  # Go, TypeScript, Rust: one preparer each
+        from ._toolchains import check  # Go, TypeScript, Rust: one recipe each
 
         return check(task)
 
@@ -193,9 +196,9 @@ def prepare_env(task: Task, repo: Path, cache: Path, *, mini: bool = False) -> E
         return Environment.current()
     check_toolchain(task)
     if task.language != "python":
-        from ._toolchains import prepare
-
-        return prepare(task, repo, cache)
+        # The other languages' environments are built in the task's snapshot only.
+        raise Unsupported(f"{task.language} task: the host-side environment is Python's "
+                          "only (the scope evaluation builds the others)")
     root = cache / "envs" / task.key.replace("/", "-")
     ready = root / "ready.json"
     with _locked(cache / "locks" / (task.key.replace("/", "-") + ".env")):
@@ -250,7 +253,10 @@ class Recipe:
     language: str
     script: str
     """bash run at /workspace/repo (network as `network` says) that builds `paths`;
-    `$CORRAL_SEED` names the directory `seed` filled, when there is one."""
+    `$CORRAL_SEED` names the directory `seed` filled, when there is one. A script that
+    finds the environment cannot be built on this machine (dependencies out of reach)
+    prints a line `UNSUPPORTED_MARK + reason` and exits non-zero: the task is then
+    `unsupported` with that reason, not an error."""
     paths: tuple[str, ...]
     """Workspace paths the environment lives in, all ignored by the repository (so
     they stay out of every tree, patch and merge): what the cache keeps."""
@@ -270,6 +276,12 @@ class Snapshot:
     ignored: Callable[[str], bool]
     """Whether a path is ignored by the tree's rules (so it stays out of every tree)."""
     exists: Callable[[str], bool]
+    read: Callable[[str], bytes | None] = lambda path: None
+    """A file's content in the base tree (None when there is none)."""
+
+
+UNSUPPORTED_MARK = "corral-unsupported: "
+"""How a recipe's script says the task cannot run here (see `Recipe.script`)."""
 
 
 RecipeFactory = Callable[["Task", Snapshot, bool], Recipe]
@@ -402,3 +414,6 @@ def _system_python() -> tuple[int, int]:
 
 
 register_recipe("python", _python_recipe)
+
+# Go, TypeScript and Rust register theirs (imported last: they build on this module).
+from . import _toolchains as _toolchains  # noqa: E402

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from coordinator import ExecOutcome, PatchError, Scope
 
+from ._env import REPO
 from ._lab import ApplyStatus, MergeRun, TestRun, parse_results
 from ._taskbench import TaskBench
 
@@ -154,6 +155,9 @@ class ScopeLab:
                     await t.patch(tests_patch, three_way=True)
                 except PatchError as e:
                     return _not_applied("tests.patch", str(e), started)
+            # A copy for $TEST_PATCH, at a path Corral ignores by default.
+            await t.write(_LONG_PATCH, tests_patch.encode())
+            env["TEST_PATCH"] = f"{REPO}/{_LONG_PATCH}"
             script = command
         result = await t.exec(["bash", "-c", script], timeout=timeout, env=env, network=False)
         outcome = result.outcome
@@ -175,9 +179,14 @@ _ENV_MAX = 100_000
 """Bytes of a tests.patch passed to the command in its environment (Linux takes up to
 128 KiB per variable)."""
 
+_LONG_PATCH = ".cache/corral-tests.patch"
+
+# $TEST_PATCH names the tests patch as runner.sh's own variable does (the Go runners
+# grep it for the Test functions to run), a private file of the command.
 _APPLY_TESTS = """\
 printf '%s' "$CORRAL_TESTS_PATCH" > /tmp/tests.patch
 unset CORRAL_TESTS_PATCH
+export TEST_PATCH=/tmp/tests.patch
 git apply --ignore-whitespace --ignore-space-change /tmp/tests.patch \\
     || git apply --3way /tmp/tests.patch \\
     || { echo "could not apply tests.patch" >&2; exit 1; }

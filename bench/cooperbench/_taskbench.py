@@ -34,7 +34,7 @@ from coordinator import Coordinator, ExecOutcome, Policy, Scope, View
 from coordinator._ignore import IgnoreRules
 
 from ._dataset import Task
-from ._env import REPO, Recipe, Snapshot, _locked, recipe
+from ._env import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported, _locked, recipe
 
 __all__ = ["ENV_SCOPE", "TaskBench"]
 
@@ -110,7 +110,8 @@ class TaskBench:
                                     policies=[policy]) as coord:
             root_tree = coord.trace.commit(coord.root.head).tree
             rules = IgnoreRules(coord.trace.repo, root_tree)
-            snap = Snapshot(ignored=rules.ignored, exists=lambda p: p in root_tree)
+            snap = Snapshot(ignored=rules.ignored, exists=lambda p: p in root_tree,
+                            read=lambda p: _read(coord, root_tree, p))
             rec = recipe(task, snap, mini=mini)
             coord.toolchain = rec.toolchain
             # Units a killed run left unfinished: their names are used again.
@@ -134,6 +135,13 @@ class TaskBench:
 
 
 
+def _read(coord: Coordinator, tree: pygit2.Tree, path: str) -> bytes | None:
+    try:
+        return coord.trace.repo[tree[path].id].read_raw()
+    except (KeyError, ValueError):
+        return None
+
+
 def _head(repo: Path) -> str:
     return str(pygit2.Repository(str(repo)).head.target)
 
@@ -153,8 +161,19 @@ async def _build_env(coord: Coordinator, task: Task, rec: Recipe, cache: Path
                      ) -> tuple[Scope, bool]:
     """Fork `env` from the snapshot and put the environment in it: unpacked from the
     cache's tar, else built by the recipe (then packed into the cache). Returns the
-    scope and whether it came from the cache. Raises RuntimeError."""
+    scope and whether it came from the cache. Raises RuntimeError, Unsupported (the
+    recipe's script said why), each after discarding the scope."""
     env = await coord.root.fork(ENV_SCOPE)
+    try:
+        return await _fill_env(coord, env, task, rec, cache)
+    except (RuntimeError, Unsupported):
+        # A reopened state takes a live `env` for a built one.
+        await env.discard(cause="the environment could not be built")
+        raise
+
+
+async def _fill_env(coord: Coordinator, env: Scope, task: Task, rec: Recipe, cache: Path
+                    ) -> tuple[Scope, bool]:
     root = cache / "envs" / task.key.replace("/", "-")
     tarball = root / "env.tar"
     ready = root / "env.json"  # not ready.json: the Lab's host virtualenv keeps that name
@@ -227,6 +246,11 @@ def _check(r: tuple[ExecOutcome, bytes], task: Task, root: Path, what: str) -> N
     root.mkdir(parents=True, exist_ok=True)
     log = root / "prepare.log"
     log.write_bytes(output)
-    tail = output.decode("utf-8", "replace")[-800:]
+    text = output.decode("utf-8", "replace")
+    said = [ln[len(UNSUPPORTED_MARK):] for ln in text.splitlines()
+            if ln.startswith(UNSUPPORTED_MARK)]
+    if said:
+        raise Unsupported(said[-1])
+    tail = text[-800:]
     raise RuntimeError(f"{what} for {task.key} failed (exit {outcome.returncode}; see {log}): "
                        f"{tail}")

@@ -1,42 +1,57 @@
-"""Test environments for CooperBench's Go, TypeScript and Rust tasks: one small
-preparer per language, run once per task (network allowed only then), cached under
-`cache/envs/<task>`, after which the task's own test command runs offline.
+"""Test environments for CooperBench's Go, TypeScript and Rust tasks: one `Recipe` per
+language (registered with `register_recipe`), run once in the task's `env` scope at
+/workspace/repo with the network on; it builds the environment under paths the
+repository ignores, and every test run is then the task's own test step from its
+runner.sh, offline, in a scope forked from `env` (so all of them share it).
 
-    go          `go` on PATH (Debian's golang-go) or $CORRAL_BENCH_GO; `go mod download`
-                into the cache's GOPATH, the build cache warmed by a no-test `go test`.
-    typescript  node and npm on PATH; the lockfile's package manager (pnpm at the major
-                the runner names, npm, yarn) installs node_modules from the npm
-                registry; each test run links them into the lab checkout.
-    rust        cargo on PATH or in ~/.cargo/bin; `cargo fetch --locked`, then the
-                Dockerfile's own `cargo build` steps into a shared target directory.
+    go          `go` (Debian's golang-go, or $CORRAL_BENCH_GO); `go mod download`
+                into GOPATH `.cache/corral-go/path`, a build cache warmed by a no-test
+                `go test` in `.cache/corral-go/build` that each test run copies into
+                its private GOCACHE; tests with GOPROXY=off.
+    typescript  node and npm; the lockfile's package manager (pnpm at the major the
+                runner names or the lockfile implies, npm, yarn 1) installs
+                `node_modules` from the npm registry, e2e binary downloads skipped;
+                the runner's `npx pnpm@N` is found in the npm cache
+                `node_modules/.cache/corral-npm`, a bare `pnpm` or `yarn` in
+                `node_modules/.cache/corral-tools`; tests with npm offline.
+    rust        a cargo whose toolchain the sandbox can show; `cargo vendor --locked`
+                (fetching with a scratch CARGO_HOME in /tmp) into the tests' CARGO_HOME
+                `.cache/corral-cargo`, then the Dockerfile's own `cargo build` steps
+                into the target directory; tests with CARGO_NET_OFFLINE.
 
-A toolchain that is missing, or dependencies that cannot be fetched here (crates.io,
-the Go module proxy and GitHub are out of reach on some machines), make the task
-`Unsupported` with the reason, never a failure.
+A missing toolchain, one the sandbox cannot show, or dependencies that cannot be
+fetched here (crates.io, the Go module proxy and GitHub are out of reach on some
+machines) make the task `Unsupported` with the reason, never a failure.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from ._env import Environment, Unsupported, _locked
+from sandboxes._exec import SANDBOX_UID
+
+from ._env import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported, register_recipe
 
 if TYPE_CHECKING:
     from ._dataset import Task
 
-__all__ = ["LANGUAGES", "check", "prepare", "test_command"]
+__all__ = ["LANGUAGES", "check", "test_command"]
 
 LANGUAGES = ("go", "typescript", "rust")
+
+_SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What every sandboxed command sees of the host anyway (sandboxes/_exec.py).
+_SHOWN = tuple(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                 "/libx32", "/etc"))
 
 # Installers that download a binary from outside the package registries fail on a
 # machine that reaches only the registries; none of these binaries runs unit tests.
@@ -46,54 +61,122 @@ _NO_BINARY_DOWNLOADS = {
 }
 
 
-def _safe(task: Task) -> str:
-    return task.key.replace("/", "-")
-
-
 # -- toolchains ---------------------------------------------------------------------
+
+class Toolchain(NamedTuple):
+    bin: str
+    """The directory whose binaries the commands run (first on their PATH)."""
+    shown: tuple[Path, ...]
+    """Host directories the sandbox must show read-only (none under /usr)."""
+
+
+def _reachable(path: Path) -> bool:
+    """Whether sandboxed commands can read `path`: as root the coordinator runs them as
+    an unprivileged uid of their own, which every directory on the way must let in."""
+    if os.geteuid() != 0:
+        return os.access(path, os.R_OK | os.X_OK)
+    try:
+        modes = [p.stat().st_mode for p in (path, *path.parents)]
+    except OSError:
+        return False
+    return all(m & stat.S_IXOTH for m in modes) and bool(modes[0] & stat.S_IROTH)
+
+
+def _show(prefix: Path, what: str) -> tuple[Path, ...]:
+    """The toolchain directories showing `prefix` in the sandbox (none when it lies
+    in what the sandbox shows anyway). Raises Unsupported when it cannot be shown."""
+    if any(prefix.is_relative_to(s) for s in _SHOWN):
+        return ()
+    if not _reachable(prefix):
+        raise Unsupported(
+            f"{what} at {prefix} lies under a directory that lets no other user in, and "
+            f"sandboxed commands run as uid {SANDBOX_UID}: install the Debian package, or "
+            "put the toolchain where others can read it")
+    return (prefix,)
+
 
 def _go() -> str | None:
     return os.environ.get("CORRAL_BENCH_GO") or shutil.which("go")
 
 
-def _cargo() -> str | None:
+@functools.cache
+def _ask(*argv: str) -> str:
+    """A toolchain's answer to a question about itself ('' when it fails); asked once
+    per process."""
+    r = subprocess.run(argv, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def _go_toolchain() -> Toolchain:
+    go = _go()
+    if not go or not os.access(go, os.X_OK):
+        raise Unsupported("Go task: no `go` toolchain on this machine (install Debian's "
+                          "golang-go, or set CORRAL_BENCH_GO to a go binary)")
+    root = _ask(go, "env", "GOROOT")
+    if not root:
+        raise Unsupported(f"Go task: `{go} env GOROOT` failed")
+    goroot = Path(root).resolve()
+    return Toolchain(str(goroot / "bin"), _show(goroot, "the Go toolchain"))
+
+
+def _node_toolchain() -> Toolchain:
+    found = {n: shutil.which(n) for n in ("node", "npm", "npx")}
+    missing = [n for n, p in found.items() if not p]
+    if missing:
+        raise Unsupported(f"TypeScript task: no {'/'.join(missing)} on this machine "
+                          "(install Debian's nodejs and npm)")
+    node = Path(found["node"] or "")
+    prefix = node.resolve().parent.parent
+    shown = _show(prefix, "node")
+    for name in ("npm", "npx"):
+        real = Path(found[name] or "").resolve()
+        if not any(real.is_relative_to(d) for d in (*_SHOWN, *shown)):
+            raise Unsupported(f"TypeScript task: {name} ({real}) lies outside node's "
+                              f"prefix {prefix}")
+    return Toolchain(str(node.parent), shown)
+
+
+def _cargos() -> list[Path]:
     home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
-    found = shutil.which("cargo") or (str(home / "bin" / "cargo")
-                                      if (home / "bin" / "cargo").exists() else None)
-    return found
+    named = [os.environ.get("CORRAL_BENCH_CARGO"), shutil.which("cargo"),
+             str(home / "bin" / "cargo"), "/usr/bin/cargo"]
+    return [Path(p) for p in dict.fromkeys(n for n in named if n) if Path(p).exists()]
 
 
-def _tools(language: str) -> dict[str, str]:
-    """The binaries a language's tests need, by name; raises Unsupported."""
-    if language == "go":
-        go = _go()
-        if not go or not os.access(go, os.X_OK):
-            raise Unsupported("Go task: no `go` toolchain on this machine (install Debian's "
-                              "golang-go, or set CORRAL_BENCH_GO to a go binary)")
-        return {"go": go}
-    if language == "typescript":
-        found = {n: shutil.which(n) for n in ("node", "npm", "npx")}
-        missing = [n for n, p in found.items() if not p]
-        if missing:
-            raise Unsupported(f"TypeScript task: no {'/'.join(missing)} on this machine "
-                              "(install Debian's nodejs and npm)")
-        return {n: p for n, p in found.items() if p}
-    if language == "rust":
-        cargo = _cargo()
-        if not cargo:
-            raise Unsupported("Rust task: no `cargo` on this machine (install Debian's "
-                              "cargo, or rustup)")
-        out = {"cargo": cargo}
-        rustc = shutil.which("rustc") or str(Path(cargo).with_name("rustc"))
-        if Path(rustc).exists():
-            out["rustc"] = rustc
-        return out
-    raise Unsupported(f"{language} task: no environment recipe")
+def _rust_toolchain() -> Toolchain:
+    """The first cargo whose toolchain the sandbox can show (rustup's proxies in
+    ~/.cargo/bin resolve to their toolchain's own cargo and rustc)."""
+    unreachable = []
+    for cargo in _cargos():
+        root = _ask(str(cargo.with_name("rustc")), "--print", "sysroot")
+        if not root:
+            continue
+        sysroot = Path(root).resolve()
+        try:
+            return Toolchain(str(sysroot / "bin"), _show(sysroot, "the Rust toolchain"))
+        except Unsupported:
+            unreachable.append(str(sysroot))
+    if unreachable:
+        raise Unsupported(
+            f"Rust task: the Rust toolchain here ({', '.join(unreachable)}) lies under a "
+            f"directory that lets no other user in, and sandboxed commands run as uid "
+            f"{SANDBOX_UID}: install Debian's cargo, or a rustup toolchain others can read")
+    raise Unsupported("Rust task: no `cargo` on this machine (install Debian's cargo, or "
+                      "rustup)")
+
+
+_TOOLCHAINS: dict[str, Callable[[], Toolchain]] = {
+    "go": _go_toolchain, "typescript": _node_toolchain, "rust": _rust_toolchain,
+}
 
 
 def check(task: Task) -> None:
-    """Raises Unsupported when this machine lacks `task`'s toolchain."""
-    _tools(task.language)
+    """Raises Unsupported when this machine lacks `task`'s toolchain, or its sandbox
+    cannot show it."""
+    find = _TOOLCHAINS.get(task.language)
+    if find is None:
+        raise Unsupported(f"{task.language} task: no environment recipe")
+    find()
 
 
 # -- test commands ------------------------------------------------------------------
@@ -101,6 +184,10 @@ def check(task: Task) -> None:
 def _assignments(lines: list[str], end: int) -> list[str]:
     return [ln for ln in lines[:end] if re.match(r"^[A-Z][A-Z0-9_]*=", ln)
             and not ln.startswith(("TEST_PATCH=", "FEATURE_PATCH="))]
+
+
+# Each test run's GOCACHE starts as a copy of the warm one the recipe built.
+_GO_WARM = '[ -d "$CORRAL_GO_WARM" ] && cp -R "$CORRAL_GO_WARM/." "$GOCACHE/" || true'
 
 
 def _go_command(lines: list[str]) -> list[str]:
@@ -114,7 +201,7 @@ def _go_command(lines: list[str]) -> list[str]:
     if start is None:
         raise ValueError("runner.sh has no `go test` step")
     body = [ln.replace("/patches/$TEST_PATCH", "$TEST_PATCH") for ln in lines[start:]]
-    return [*_assignments(lines, start), *body]
+    return [*_assignments(lines, start), 'mkdir -p "$GOCACHE"', _GO_WARM, *body]
 
 
 _JS_TEST = re.compile(r"^\s*(timeout\s+\d+\s+)?(npx\s+(--yes\s+)?)?"
@@ -122,15 +209,14 @@ _JS_TEST = re.compile(r"^\s*(timeout\s+\d+\s+)?(npx\s+(--yes\s+)?)?"
 
 
 def _ts_command(lines: list[str]) -> list[str]:
-    # The runner's test lines (installs are done once, at preparation), after the
-    # node_modules prepared for the task are linked into the checkout.
+    # The runner's test lines only: its installs (and its copy of a node_modules
+    # cache) are the recipe's, done once.
     picked = [i for i, ln in enumerate(lines)
               if _JS_TEST.search(ln) and "install" not in ln and not ln.lstrip().startswith(
                   ("#", "echo"))]
     if not picked:
         raise ValueError("runner.sh has no pnpm/npm/yarn test, jest or vitest step")
-    return [*_assignments(lines, picked[0]), '"$CORRAL_BENCH_LINK_DEPS"',
-            *(lines[i] for i in picked)]
+    return [*_assignments(lines, picked[0]), *(lines[i] for i in picked)]
 
 
 def _rust_command(lines: list[str]) -> list[str]:
@@ -142,8 +228,9 @@ def _rust_command(lines: list[str]) -> list[str]:
 
 
 def test_command(task: Task) -> str:
-    """The test step of a Go, TypeScript or Rust task's runner.sh, to run in a lab
-    checkout with the environment `prepare` made. Raises ValueError."""
+    """The test step of a Go, TypeScript or Rust task's runner.sh, to run at
+    /workspace/repo in a scope forked from the task's `env` with its recipe's
+    environment ($TEST_PATCH naming the tests patch). Raises ValueError."""
     lines = (task.path / "runner.sh").read_text().splitlines()
     pick = {"go": _go_command, "typescript": _ts_command, "rust": _rust_command}
     if task.language not in pick:
@@ -151,199 +238,177 @@ def test_command(task: Task) -> str:
     return "\n".join(["set -e", *pick[task.language](lines)]) + "\n"
 
 
-# -- preparation --------------------------------------------------------------------
+# -- recipes ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Prep:
-    """One preparation: its directory, the copy of the base tree it installs into,
-    and a log of every command."""
-
-    task: Task
-    root: Path
-    src: Path
-    log: Path
-
-    def run(self, argv: list[str], env: Mapping[str, str], *, check: bool = True,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        with self.log.open("a") as f:
-            f.write(f"$ {shlex.join(argv)}\n")
-            f.flush()
-            r = subprocess.run(argv, cwd=cwd or self.src, env={**os.environ, **env},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors="replace")
-            f.write(r.stdout)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"preparing {self.task.key}: {shlex.join(argv)} failed "
-                               f"(exit {r.returncode}; see {self.log})")
-        return r
-
-    def expose(self, tool: Path) -> None:
-        """Put `tool` on the tests' PATH (the environment's bin directory)."""
-        link = self.root / "bin" / tool.name
-        if not link.exists():
-            link.symlink_to(tool.resolve())
+def _ignored_dir(snapshot: Snapshot, what: str, *candidates: str) -> str:
+    """The first candidate directory the repository ignores (so what is built there
+    stays out of every tree). Raises Unsupported when none is."""
+    for c in candidates:
+        if snapshot.ignored(f"{c}/x"):
+            return c
+    raise Unsupported(f"{what}: the repository does not ignore {' or '.join(candidates)}, "
+                      "where its environment would be built")
 
 
-def _tail(text: str, n: int = 3) -> str:
-    """The last lines of a failed command's output, where its error is."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
+def _env(toolchain: Toolchain, *path: str, **variables: str) -> tuple[tuple[str, str], ...]:
+    dirs = [*path, toolchain.bin] if toolchain.bin not in _SYSTEM_PATH.split(":") else [*path]
+    return tuple({"PATH": ":".join([*dirs, _SYSTEM_PATH]), "HOME": "/tmp", "TMPDIR": "/tmp",
+                  "LANG": "C.UTF-8", **variables}.items())
 
 
-def _prepare_go(p: _Prep, tools: dict[str, str]) -> dict[str, str]:
-    gopath = p.root / "gopath"
-    env = {"GOPATH": str(gopath), "GOMODCACHE": str(gopath / "pkg" / "mod"),
-           "GOCACHE": str(p.root / "gocache"), "GOTOOLCHAIN": "local",
-           "GOTELEMETRY": "off", "GOFLAGS": "-modcacherw"}
-    # Go modules come from the module proxy (or their VCS): reachable or not, this is
-    # the only step that may use the network.
-    r = p.run([tools["go"], "mod", "download"], env, check=False)
-    if r.returncode != 0:
-        raise Unsupported(f"Go task: its modules could not be downloaded here "
-                          f"(go mod download: {_tail(r.stdout)})")
-    # -count=1: each run really runs, as in a fresh task container (the shared GOCACHE
-    # would otherwise replay an earlier run's result for the same code).
-    offline = {**env, "GOPROXY": "off", "GOSUMDB": "off", "GOFLAGS": "-modcacherw -count=1"}
-    # Compile the standard library and dependencies once; a base whose tests do not
-    # build is still prepared (the features' patches may be what makes it build).
-    p.run([tools["go"], "test", "-count=1", "-run", "^$", "./..."], offline, check=False)
-    return offline
+def _unsupported(reason: str, log: str) -> str:
+    """bash: the last lines of `log`, then `reason` (with the log's last line) as the
+    script's verdict that the task cannot run here, and exit."""
+    last = f"grep -v -e '^[[:space:]]*$' -e 'complete log of this run' {log} | tail -n 1"
+    return (f"{{ tail -n 20 {log}; printf '%s (%s)\\n' "
+            f"{shlex.quote(UNSUPPORTED_MARK + reason)} \"$({last})\"; exit 1; }}")
 
 
-def _lockfile_major(src: Path) -> int | None:
-    lock = src / "pnpm-lock.yaml"
-    if not lock.exists():
-        return None
-    m = re.search(r"^lockfileVersion:\s*'?(\d+)(?:\.(\d+))?", lock.read_text(), re.MULTILINE)
-    if not m:
-        return None
-    # pnpm 7 writes 5.4, pnpm 8 writes 6.0, pnpm 9 and 10 write 9.0.
-    return {5: 7, 6: 8, 9: 9}.get(int(m.group(1)))
+def _go_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
+    tc = _go_toolchain()
+    root = _ignored_dir(snapshot, "Go task", ".cache/corral-go")
+    gopath = f"{REPO}/{root}/path"
+    env = _env(tc, GOPATH=gopath, GOMODCACHE=f"{gopath}/pkg/mod", GOCACHE="/tmp/go-build",
+               CORRAL_GO_WARM=f"{REPO}/{root}/build", GOPROXY="off", GOSUMDB="off",
+               GOFLAGS="-modcacherw", GOTOOLCHAIN="local", GOTELEMETRY="off")
+    log = "/tmp/corral-go.log"
+    # Modules come from the module proxy (or their VCS), the one step with network.
+    # Then the build cache is warmed once; a base whose tests do not build is still
+    # prepared (the features' patches may be what makes it build).
+    script = "\n".join([
+        "set -e", "unset GOPROXY GOSUMDB", 'export GOCACHE="$CORRAL_GO_WARM"',
+        'mkdir -p "$GOMODCACHE" "$GOCACHE"',
+        f"if [ -f go.mod ]; then go mod download >{log} 2>&1 || " + _unsupported(
+            "Go task: its modules could not be downloaded here (go mod download)", log)
+        + "; fi",
+        "go test -count=1 -run '^$' ./... >/dev/null 2>&1 || true", ""])
+    return Recipe("go", script, (root,), env, toolchain=tc.shown)
 
 
-def _prepare_typescript(p: _Prep, tools: dict[str, str]) -> dict[str, str]:
-    runner = (p.task.path / "runner.sh").read_text()
-    tools_dir = p.root / "tools"
-    env = {"npm_config_cache": str(p.root / "npm-cache"), "npm_config_update_notifier": "false",
-           "npm_config_fund": "false", "npm_config_audit": "false", **_NO_BINARY_DOWNLOADS}
-    # The package manager's own version: the runner's `pnpm@N`, else the lockfile's.
-    if (p.src / "pnpm-lock.yaml").exists():
-        m = re.search(r"pnpm@(\d+)", runner)
-        major = m.group(1) if m else str(_lockfile_major(p.src) or "")
+def _pnpm_major(task: Task, snapshot: Snapshot) -> str:
+    """The pnpm the task's image has: the runner's `pnpm@N`, else the one that writes
+    the lockfile's version (pnpm 7 writes 5.4, pnpm 8 writes 6.0, pnpm 9 and 10 write
+    9.0); '' for the newest."""
+    m = re.search(r"pnpm@(\d+)", (task.path / "runner.sh").read_text())
+    if m:
+        return m.group(1)
+    lock = (snapshot.read("pnpm-lock.yaml") or b"").decode("utf-8", "replace")
+    v = re.search(r"^lockfileVersion:\s*'?(\d+)", lock, re.MULTILINE)
+    return {"5": "7", "6": "8", "9": "9"}.get(v.group(1), "") if v else ""
+
+
+def _typescript_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
+    tc = _node_toolchain()
+    _ignored_dir(snapshot, "TypeScript task", "node_modules")
+    if snapshot.exists("pnpm-workspace.yaml") or b'"workspaces"' in (
+            snapshot.read("package.json") or b""):
+        # Each workspace package has a node_modules of its own: paths known only
+        # after the install.
+        raise Unsupported("TypeScript task: a monorepo of several packages (workspaces) "
+                          "is not supported")
+    runner = (task.path / "runner.sh").read_text()
+    cache = f"{REPO}/node_modules/.cache/corral-npm"
+    tools = "node_modules/.cache/corral-tools"
+    scratch = f"{REPO}/.cache/corral-build"  # the installers' caches, removed after
+    if snapshot.exists("pnpm-lock.yaml"):
+        major = _pnpm_major(task, snapshot)
         manager = f"pnpm@{major}" if major else "pnpm"
-        install = ["pnpm", "install", "--frozen-lockfile", "--store-dir",
-                   str(p.root / "pnpm-store")]
-    elif (p.src / "yarn.lock").exists():
-        manager, install = "yarn@1", ["yarn", "install", "--frozen-lockfile"]
+        install = (f"npx --yes {manager} install --frozen-lockfile "
+                   f"--store-dir {scratch}/pnpm-store")
+    elif snapshot.exists("yarn.lock"):
+        manager = "yarn@1"
+        install = f"npx --yes yarn@1 install --frozen-lockfile --cache-folder {scratch}/yarn"
     else:
         manager = ""
-        install = ["npm", "ci" if (p.src / "package-lock.json").exists() else "install"]
-    r = None
+        install = ("npm ci" if snapshot.exists("package-lock.json")
+                   else "npm install --no-package-lock")
+    log = "/tmp/corral-npm.log"
+    quiet = {"npm_config_update_notifier": "false", "npm_config_fund": "false",
+             "npm_config_audit": "false", "npm_config_logs_dir": "/tmp/npm-logs"}
+    lines = ["set -e", "unset npm_config_offline",
+             # npm's global npmrc (a machine's cafile, say) lives under its prefix,
+             # which `--prefix` below would move.
+             'export npm_config_globalconfig="$(npm config get globalconfig)"',
+             f"export npm_config_cache={scratch}/npm",
+             *(f"export {k}={v}" for k, v in {**quiet, **_NO_BINARY_DOWNLOADS}.items()),
+             f"{install} >{log} 2>&1 || " + _unsupported(
+                 f"TypeScript task: its packages could not be installed ({install})", log),
+             # A file, so node_modules exists (a trace keeps no empty directory)
+             # even for a package without dependencies.
+             "mkdir -p node_modules && echo \"built by Corral's CooperBench recipe\" "
+             "> node_modules/.corral-env", f"rm -rf {scratch}",
+             "rmdir .cache 2>/dev/null || true", f"export npm_config_cache={cache}"]
     if manager:
-        r = p.run([tools["npm"], "install", "--prefix", str(tools_dir), "--no-save", manager],
-                  env, check=False, cwd=p.root)
-    if r is not None and r.returncode != 0:
-        raise Unsupported(f"TypeScript task: {manager} could not be installed from the npm "
-                          f"registry ({_tail(r.stdout)})")
-    bin_dir = tools_dir / "node_modules" / ".bin"
-    argv = [str(bin_dir / install[0]) if manager else tools["npm"], *install[1:]]
-    r = p.run(argv, {**env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}, check=False)
-    if r.returncode != 0:
-        raise Unsupported(f"TypeScript task: its packages could not be installed "
-                          f"({shlex.join(install)}: {_tail(r.stdout)})")
+        # A bare `pnpm test` / `yarn test` in the runner finds this one.
+        lines.append(f"npm install --prefix {tools} --no-save --no-package-lock {manager} "
+                     f">{log} 2>&1 || " + _unsupported(
+                         f"TypeScript task: {manager} could not be installed from the npm "
+                         "registry", log))
     # `npx pkg@N` in the test step must find pkg in the cache once offline.
     for spec in sorted(set(re.findall(r"\bnpx\s+(?:--yes\s+)?(\S+@\S+)", runner))):
-        p.run([tools["npx"], "--yes", spec, "--version"], env, check=False)
-    _write_linker(p)
-    for tool in bin_dir.glob("*"):
-        p.expose(tool)
-    return {**env, "npm_config_offline": "true", "npm_config_yes": "true",
-            "CORRAL_BENCH_LINK_DEPS": str(p.root / "link-deps")}
+        lines.append(f"npx --yes {shlex.quote(spec)} --version >/dev/null 2>&1 || true")
+    lines.append("")
+    env = _env(tc, f"{REPO}/{tools}/node_modules/.bin", f"{REPO}/node_modules/.bin",
+               npm_config_cache=cache, npm_config_offline="true", npm_config_yes="true",
+               **quiet, **_NO_BINARY_DOWNLOADS)
+    return Recipe("typescript", "\n".join(lines), ("node_modules",), env,
+                  toolchain=tc.shown)
 
 
-def _write_linker(p: _Prep) -> None:
-    """A script that links every installed node_modules directory (the root's and
-    each workspace package's) into the checkout it runs in. Linked, not copied: a
-    checkout is reset with `git clean -fdx` before every run, which removes the link."""
-    found = sorted(d.relative_to(p.src) for d in p.src.rglob("node_modules")
-                   if d.is_dir() and "node_modules" not in d.relative_to(p.src).parts[:-1])
-    lines = ["#!/bin/sh", "# Written by Corral's CooperBench harness: link the task's",
-             "# prepared node_modules into the current checkout.", "set -e"]
-    for rel in found:
-        target = shlex.quote(str(p.src / rel))
-        link = shlex.quote(str(rel))
-        lines.append(f"[ -d {shlex.quote(str(rel.parent))} ] && ln -sfn {target} {link} "
-                     "|| true")
-    script = p.root / "link-deps"
-    script.write_text("\n".join(lines) + "\n")
-    script.chmod(0o755)
+def _lock_summary(snapshot: Snapshot) -> str:
+    lock = (snapshot.read("Cargo.lock") or b"").decode("utf-8", "replace")
+    crates = len(re.findall(r'^source = "registry\+', lock, re.MULTILINE))
+    gits = sorted(set(re.findall(r'^source = "git\+([^?#"]+)', lock, re.MULTILINE)))
+    if not crates and not gits:
+        return ""
+    return (f"; its Cargo.lock pins {crates} crates from a registry"
+            + (f" and {len(gits)} git dependencies ({', '.join(gits)})" if gits else ""))
 
 
-def _prepare_rust(p: _Prep, tools: dict[str, str]) -> dict[str, str]:
-    env = {"CARGO_TARGET_DIR": str(p.root / "target"), "CARGO_TERM_COLOR": "never"}
-    locked = ["--locked"] if (p.src / "Cargo.lock").exists() else []
-    r = p.run([tools["cargo"], "fetch", *locked], env, check=False)
-    if r.returncode != 0:
-        lock = (p.src / "Cargo.lock").read_text() if locked else ""
-        crates = len(re.findall(r'^source = "registry\+', lock, re.MULTILINE))
-        gits = re.findall(r'^source = "git\+([^?#"]+)', lock, re.MULTILINE)
-        pinned = (f"; Cargo.lock pins {crates} crates from a registry"
-                  + (f" and {len(gits)} git dependencies ({', '.join(sorted(set(gits)))})"
-                     if gits else "")) if locked else ""
-        caused = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
-        raise Unsupported(f"Rust task: its crates could not be fetched here{pinned} "
-                          f"(cargo fetch: {caused[-1] if caused else 'failed'})")
-    offline = {**env, "CARGO_NET_OFFLINE": "true"}
+def _rust_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
+    tc = _rust_toolchain()
+    home = _ignored_dir(snapshot, "Rust task", ".cache/corral-cargo")
+    target = ("target" if snapshot.ignored("target/x") else f"{home}/target")
+    env = _env(tc, CARGO_HOME=f"{REPO}/{home}", CARGO_TARGET_DIR=f"{REPO}/{target}",
+               CARGO_NET_OFFLINE="true", CARGO_TERM_COLOR="never")
+    locked = " --locked" if snapshot.exists("Cargo.lock") else ""
     # The Dockerfile's own pre-build (its cache layer), else the tests' build.
-    docker = p.task.path / "Dockerfile"
+    docker = task.path / "Dockerfile"
     text = docker.read_text() if docker.exists() else ""
     builds = [c.strip() for ln in re.findall(r"^RUN\s+(.*(?:\\\n.*)*)", text, re.MULTILINE)
               for c in ln.replace("\\\n", " ").split("&&") if c.strip().startswith("cargo ")]
-    for cmd in builds or ["cargo test --no-run"]:
-        argv = shlex.split(cmd)
-        p.run([tools["cargo"], *argv[1:]], offline)
-    return offline
+    log = "/tmp/corral-cargo.log"
+    # Fetched with a CARGO_HOME in /tmp, then vendored into the workspace's: a cargo
+    # home holds git repositories (the crates.io index before sparse, git
+    # dependencies), and a `.git` is no path a trace records. The vendored sources
+    # and the config replacing crates.io with them are all the tests need offline.
+    lines = ["set -e", "unset CARGO_NET_OFFLINE", 'home="$CARGO_HOME"',
+             'export CARGO_HOME=/tmp/cargo-home', 'mkdir -p "$home"',
+             f'cargo vendor{locked} "$home/vendor" >"$home/config.toml" 2>{log} || '
+             + _unsupported(
+                 f"Rust task: its crates could not be fetched here{_lock_summary(snapshot)}"
+                 f"{_version_note(task, tc)} (cargo vendor{locked})", log),
+             'export CARGO_HOME="$home" CARGO_NET_OFFLINE=true',
+             *(builds or ["cargo test --no-run"]), ""]
+    return Recipe("rust", "\n".join(lines), tuple(dict.fromkeys((home, target))), env,
+                  toolchain=tc.shown)
 
 
-_PREPARERS: dict[str, Callable[[_Prep, dict[str, str]], dict[str, str]]] = {
-    "go": _prepare_go, "typescript": _prepare_typescript, "rust": _prepare_rust,
-}
+def _version_note(task: Task, tc: Toolchain) -> str:
+    """'; the toolchain here is Rust X, its image's Y' when the image's is newer."""
+    docker = task.path / "Dockerfile"
+    m = re.search(r"^FROM\s+rust:(\d+)\.(\d+)", docker.read_text() if docker.exists() else "",
+                  re.MULTILINE)
+    here = re.search(r"(\d+)\.(\d+)\.\d+", _ask(f"{tc.bin}/rustc", "--version"))
+    if not m or not here:
+        return ""
+    if (int(here.group(1)), int(here.group(2))) >= (int(m.group(1)), int(m.group(2))):
+        return ""
+    return (f"; the toolchain here is Rust {here.group(0)}, its image's "
+            f"{m.group(1)}.{m.group(2)}")
 
 
-def _environment(root: Path, extra: dict[str, str], **kw: object) -> Environment:
-    return Environment(root / "bin", extra=tuple(sorted(extra.items())), **kw)  # type: ignore[arg-type]
+register_recipe("go", _go_recipe)
+register_recipe("typescript", _typescript_recipe)
+register_recipe("rust", _rust_recipe)
 
-
-def prepare(task: Task, repo: Path, cache: Path) -> Environment:
-    """`task`'s test environment, prepared once and cached under `cache/envs`.
-
-    Raises Unsupported when the toolchain is missing or the dependencies cannot be
-    fetched here, RuntimeError when another preparation step fails."""
-    tools = _tools(task.language)
-    root = cache / "envs" / _safe(task)
-    ready = root / "ready.json"
-    with _locked(cache / "locks" / (_safe(task) + ".env")):
-        if ready.exists():
-            data = json.loads(ready.read_text())
-            return _environment(root, data["extra"], cached=True)
-        started = time.monotonic()
-        if root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True)
-        src = root / "src"
-        shutil.copytree(repo, src, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-        # The toolchain's binaries first on the tests' PATH, whatever PATH they run with.
-        (root / "bin").mkdir()
-        for name, path in tools.items():
-            (root / "bin" / name).symlink_to(path)
-        prep = _Prep(task, root, src, root / "prepare.log")
-        try:
-            extra = _PREPARERS[task.language](prep, tools)
-        except Unsupported:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
-        seconds = time.monotonic() - started
-        ready.write_text(json.dumps({"task": task.key, "language": task.language,
-                                     "prepared_s": round(seconds, 2), "tools": tools,
-                                     "extra": extra}, indent=1))
-        return _environment(root, extra, prepared_s=seconds)

@@ -1,24 +1,34 @@
-"""Go, TypeScript and Rust tasks: each language's environment is prepared once from
-its registry and its tests run offline with the task's own command; a missing
-toolchain or unfetchable dependencies make the task `unsupported`, never a failure.
+"""Go, TypeScript and Rust tasks in real runs: each language's recipe builds the
+environment once in the task's `env` scope (the only step with network), under paths the
+repository ignores, and every test run is the task's own test step in a scope forked
+from it, offline; a missing toolchain, one the sandbox cannot show, or unfetchable
+dependencies make the task `unsupported`, never a failure.
 
 The tasks are tiny projects written here in CooperBench's on-disk format (a base
-repository, two features with gold and test patches made by real git); the end-to-end
-cases skip, saying why, where the toolchain or the npm registry is missing."""
+repository, two features with gold and test patches made by real git) that need no
+registry; the end-to-end cases skip, saying why, only where the toolchain is absent."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-import subprocess
+import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from bench.cooperbench import RunSpec, load_tasks, run
+from bench.cooperbench import RunSpec, Unsupported, load_tasks, run
 from bench.cooperbench._lab import git
-from bench.cooperbench._toolchains import _cargo, _go
+from bench.cooperbench._toolchains import (
+    _go_toolchain,
+    _node_toolchain,
+    _rust_toolchain,
+    _show,
+)
 from bench.cooperbench._toolchains import test_command as toolchain_command
+from coordinator import Coordinator
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +76,25 @@ def _run(tmp_path: Path, dataset: Path) -> list:  # type: ignore[type-arg]
     return run(spec)["results"]
 
 
+def _env_tree_is_base(tmp_path: Path) -> bool:
+    """Whether the task's `env` scope, holding the built environment, has the base
+    tree: what the recipe built stays out of every tree, patch and merge."""
+    async def check() -> bool:
+        async with Coordinator.open(tmp_path / "out" / "traces" / "calc_task-task1") as c:
+            env = next(s for s in c.scopes.values() if s.name == "env")
+            return c.trace.commit(env.head).tree.id == c.trace.commit(c.root.head).tree.id
+    return asyncio.run(check())
+
+
+def _lacks(find: object) -> str:
+    """Why the toolchain `find` looks for is absent here ('' when it is present)."""
+    try:
+        find()  # type: ignore[operator]
+        return ""
+    except Unsupported as e:
+        return str(e)
+
+
 # -- test commands -------------------------------------------------------------------
 
 GO_RUNNER = """#!/bin/bash
@@ -106,9 +135,10 @@ cargo test 2>&1
 
 
 def test_each_language_runs_its_runners_own_test_step(tmp_path: Path) -> None:
-    """Go greps the tests patch at $TEST_PATCH for Test functions; TypeScript links
-    the prepared node_modules and drops the runner's installs; Rust keeps cargo's
-    steps. Nothing before the test step (patch application, cd) is kept."""
+    """Go greps the tests patch at $TEST_PATCH for Test functions, its GOCACHE seeded
+    from the warm one; TypeScript keeps only the test line (the installs are the
+    recipe's); Rust keeps cargo's steps. Nothing before the test step (patch
+    application, cd) is kept."""
     for lang, runner, docker in (("go", GO_RUNNER, "FROM golang:1.21-alpine\n"),
                                  ("ts", TS_RUNNER, "FROM node:22-slim\n"),
                                  ("rs", RUST_RUNNER, "FROM rust:1.80-slim\n")):
@@ -117,8 +147,9 @@ def test_each_language_runs_its_runners_own_test_step(tmp_path: Path) -> None:
             for t in load_tasks(tmp_path / p / "dataset").values()}
     go, ts, rs = cmds["go"], cmds["typescript"], cmds["rust"]
     assert '"$TEST_PATCH"' in go and "/patches/" not in go and "cd /workspace" not in go
-    assert go.startswith("set -e\n# Analyze") and 'go test -v -run "$TEST_PATTERN"' in go
-    assert ts == 'set -e\n"$CORRAL_BENCH_LINK_DEPS"\nnpx pnpm@9 test 2>&1\n'
+    assert go.startswith('set -e\nmkdir -p "$GOCACHE"\n[ -d "$CORRAL_GO_WARM" ]')
+    assert "\n# Analyze" in go and 'go test -v -run "$TEST_PATTERN"' in go
+    assert ts == 'set -e\nnpx pnpm@9 test 2>&1\n'
     assert rs == 'set -e\ncargo test 2>&1\n'
 
 
@@ -137,13 +168,13 @@ def test_a_missing_go_is_unsupported_with_how_to_get_it(tmp_path: Path,
 
 # -- Go ------------------------------------------------------------------------------
 
-needs_go = pytest.mark.skipif(
-    not _go() or not os.access(_go() or "", os.X_OK),
-    reason="no go toolchain (install Debian's golang-go or set CORRAL_BENCH_GO)")
+needs_go = pytest.mark.skipif(bool(_lacks(_go_toolchain)), reason=_lacks(_go_toolchain))
 
 GO_BASE = {"go.mod": "module example.com/calc\n\ngo 1.18\n",
-           "calc.go": "package calc\n\nfunc Add(a, b int) int { return a + b }\n"}
-# Feature 1's test serves on 127.0.0.1 inside the offline namespace: loopback is up.
+           "calc.go": "package calc\n\nfunc Add(a, b int) int { return a + b }\n",
+           "calc_test.go": "package calc\n\nimport \"testing\"\n\n"
+                           "func TestAdd(t *testing.T) {}\n"}
+# Feature 1's test serves on 127.0.0.1 inside the offline sandbox: loopback is up.
 GO_FEATURES = [
     ({"mul.go": "package calc\n\nfunc Mul(a, b int) int { return a * b }\n"},
      {"mul_test.go": """package calc
@@ -178,44 +209,69 @@ func TestMul(t *testing.T) {
 
 
 @needs_go
-def test_a_go_pair_is_prepared_once_and_tested_offline(tmp_path: Path) -> None:
-    """Two disjoint Go features merge cleanly and both pass: `go test -v` counts each
-    feature's Test function, run offline on the merged tree."""
+def test_a_go_pair_is_built_once_in_the_snapshot_and_tested_offline(tmp_path: Path) -> None:
+    """Two disjoint Go features merge cleanly and both pass: the recipe's GOPATH and
+    warm build cache live in the ignored `.cache/corral-go` of the `env` scope (its
+    tree stays the base's), each run greps its own tests patch through $TEST_PATCH
+    and `go test -v` counts that feature's Test function, offline."""
     dataset = make_task(tmp_path, "calc", "FROM golang:1.21-alpine\nRUN go mod download\n",
                         GO_RUNNER, GO_BASE, GO_FEATURES)
     (r,) = _run(tmp_path, dataset)
     assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
     assert [f.tests_passed for f in r.features] == [1, 1]
     env = tmp_path / "out" / "cache" / "envs" / "calc_task-task1"
-    assert (env / "ready.json").exists() and (env / "bin" / "go").is_symlink()
-    log = (tmp_path / "out" / "logs" / "calc_task-task1" / "1-2" / "coop-plain-f1.log")
-    assert "--- PASS: TestMul" in log.read_text()
+    assert (env / "env.tar").exists() and (env / "env.json").exists()
+    assert _env_tree_is_base(tmp_path)
+    logs = tmp_path / "out" / "logs" / "calc_task-task1" / "1-2"
+    f1 = (logs / "coop-plain-f1.log").read_text()
+    # $TEST_PATCH is feature 1's tests patch: only its Test function runs, not the
+    # base's TestAdd (which an empty pattern would run too).
+    assert "--- PASS: TestMul" in f1 and "TestAdd" not in f1
+
+
+@needs_go
+def test_a_tests_patch_too_long_for_the_environment_is_still_test_patch(tmp_path: Path
+                                                                         ) -> None:
+    """A tests patch over 100 KB is applied as a patch effect, not through the
+    command's environment; $TEST_PATCH then names a copy in the ignored `.cache/`, and
+    the Go runner still runs only that patch's Test function."""
+    filler = "".join(f"// filler line {i:06d} of a long test file\n" for i in range(3000))
+    (src, tests), second = GO_FEATURES
+    features = [(src, {"mul_test.go": tests["mul_test.go"] + filler}), second]
+    dataset = make_task(tmp_path, "calc", "FROM golang:1.21-alpine\n", GO_RUNNER, GO_BASE,
+                        features)
+    assert (dataset / "calc_task" / "task1" / "feature1" / "tests.patch").stat().st_size > 110_000
+    (r,) = _run(tmp_path, dataset)
+    assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
+    f1 = (tmp_path / "out" / "logs" / "calc_task-task1" / "1-2" / "coop-plain-f1.log"
+          ).read_text()
+    assert "--- PASS: TestMul" in f1 and "TestAdd" not in f1
 
 
 @needs_go
 def test_go_modules_that_cannot_be_downloaded_make_the_task_unsupported(tmp_path: Path
                                                                          ) -> None:
     """A module requiring a module no proxy has (an .invalid host) is unsupported,
-    with go's own complaint in the reason, and nothing is cached for it."""
+    with go's own complaint in the reason, and no environment is cached for it."""
     base = {**GO_BASE, "go.mod": "module example.com/calc\n\ngo 1.18\n\n"
                                  "require corral.invalid/dep v1.0.0\n"}
     dataset = make_task(tmp_path, "calc", "FROM golang:1.21-alpine\n", GO_RUNNER, base,
                         GO_FEATURES)
     (r,) = _run(tmp_path, dataset)
     assert r.status == "unsupported" and "modules could not be downloaded" in r.reason
-    assert "corral.invalid" in r.reason
-    assert not (tmp_path / "out" / "cache" / "envs" / "calc_task-task1").exists()
+    assert "corral.invalid" in r.reason and not r.counted
+    assert not (tmp_path / "out" / "cache" / "envs" / "calc_task-task1" / "env.tar").exists()
 
 
 # -- Rust ----------------------------------------------------------------------------
 
-needs_cargo = pytest.mark.skipif(not _cargo(), reason="no cargo (install Debian's cargo)")
+needs_cargo = pytest.mark.skipif(bool(_lacks(_rust_toolchain)), reason=_lacks(_rust_toolchain))
 
 # No unit or doc tests in the library: cargo's first "N passed" line (the count
 # CooperBench reads) is then the integration test's.
 RUST_BASE = {"Cargo.toml": '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n'
                            "\n[lib]\ntest = false\ndoctest = false\n\n[dependencies]\n",
-             ".gitignore": "/target\n",
+             ".gitignore": "/target\nCargo.lock\n",
              "src/lib.rs": "pub fn add(a: i64, b: i64) -> i64 { a + b }\n"}
 RUST_FEATURES = [
     ({"src/lib.rs": RUST_BASE["src/lib.rs"] + "pub mod mul;\n",
@@ -228,15 +284,17 @@ RUST_FEATURES = [
 
 @needs_cargo
 def test_a_rust_crate_without_dependencies_is_built_once_and_tested(tmp_path: Path) -> None:
-    """Preparation runs the Dockerfile's `cargo build`; each test run reuses the
-    shared target directory offline; cargo's `N passed` is the count."""
+    """The recipe runs the Dockerfile's `cargo build` into the repository's ignored
+    target/; each test run builds on it offline; cargo's `N passed` is the count."""
     dataset = make_task(tmp_path, "calc", "FROM rust:1.80-slim\nRUN cargo build\n",
                         RUST_RUNNER, RUST_BASE, RUST_FEATURES)
     (r,) = _run(tmp_path, dataset)
     assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
     assert [f.tests_passed for f in r.features] == [1, 1]
-    env = tmp_path / "out" / "cache" / "envs" / "calc_task-task1"
-    assert (env / "target" / "debug").is_dir()
+    assert _env_tree_is_base(tmp_path)
+    tar = tmp_path / "out" / "cache" / "envs" / "calc_task-task1" / "env.tar"
+    names = tarfile.open(tar).getnames()
+    assert "target/debug" in names and any(n.startswith(".cache/corral-cargo") for n in names)
 
 
 @needs_cargo
@@ -249,55 +307,97 @@ def test_crates_that_cannot_be_fetched_make_the_task_unsupported(tmp_path: Path)
                         RUST_FEATURES)
     (r,) = _run(tmp_path, dataset)
     assert r.status == "unsupported" and "crates could not be fetched" in r.reason, r.reason
-    assert not r.counted
+    assert "corral.invalid" in r.reason and not r.counted
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the sandbox runs commands "
+                    "as that user, who reaches whatever it can read")
+def test_a_toolchain_the_sandbox_user_cannot_reach_is_unsupported(tmp_path: Path) -> None:
+    """Run by root, the sandbox's commands are another uid: a toolchain under a
+    directory that lets no other user in (like rustup's under /root) cannot be shown,
+    and the reason says so; one others can read is shown read-only."""
+    # Under /tmp (which lets everyone in), not tmp_path (pytest's is private).
+    private = Path(tempfile.mkdtemp(prefix="corral-toolchain-"))
+    try:
+        (private / "toolchain" / "bin").mkdir(parents=True)
+        with pytest.raises(Unsupported, match="lets no other user in"):
+            _show(private / "toolchain", "the Rust toolchain")  # mkdtemp's mode: 0700
+        private.chmod(0o755)
+        assert _show(private / "toolchain", "the Rust toolchain") == (private / "toolchain",)
+    finally:
+        shutil.rmtree(private)
+    assert _show(Path("/usr/lib/go-1.19"), "the Go toolchain") == ()
 
 
 # -- TypeScript ----------------------------------------------------------------------
 
+needs_node = pytest.mark.skipif(bool(_lacks(_node_toolchain)), reason=_lacks(_node_toolchain))
+
+# A package without dependencies (so no registry is needed), whose test runner prints
+# jest's summary line, the count CooperBench reads.
+TS_RUNNER_NPM = """#!/bin/bash
+set -e
+cd /workspace/repo
+if [ -d "/workspace/node_modules_cache" ]; then
+    cp -r /workspace/node_modules_cache node_modules
+fi
+git apply "/patches/$TEST_PATCH"
+npm install
+# Run test
+npm test 2>&1
+"""
 TS_BASE = {
-    "package.json": '{"name": "calc", "private": true, "scripts": {"test": "vitest run"},\n'
-                    ' "devDependencies": {"vitest": "1.6.0"}}\n',
-    ".gitignore": "node_modules\n",
-    "src/add.ts": "export const add = (a: number, b: number): number => a + b;\n",
+    "package.json": '{"name": "calc", "private": true, "scripts": {"test": "node run.js"}}\n',
+    ".gitignore": "node_modules/\n",
+    "run.js": """const fs = require('fs');
+let passed = 0, failed = 0;
+for (const f of fs.readdirSync('src').filter((f) => f.endsWith('.test.js'))) {
+  for (const [name, fn] of Object.entries(require('./src/' + f))) {
+    try { fn(); passed++; console.log('PASS ' + name); }
+    catch (e) { failed++; console.log('FAIL ' + name + ': ' + e.message); }
+  }
+}
+const head = failed ? failed + ' failed, ' : '';
+console.log(`Tests: ${head}${passed} passed, ${passed + failed} total`);
+process.exit(failed || !passed ? 1 : 0);
+""",
+    "src/add.js": "exports.add = (a, b) => a + b;\n",
 }
 TS_FEATURES = [
-    ({"src/mul.ts": "export const mul = (a: number, b: number): number => a * b;\n"},
-     {"src/mul.test.ts": "import { expect, test } from 'vitest';\nimport { mul } from './mul';"
-                         "\ntest('mul', () => expect(mul(6, 7)).toBe(42));\n"}),
-    ({"src/sub.ts": "export const sub = (a: number, b: number): number => a - b;\n"},
-     {"src/sub.test.ts": "import { expect, test } from 'vitest';\nimport { sub } from './sub';"
-                         "\ntest('sub', () => expect(sub(5, 3)).toBe(2));\n"}),
+    ({"src/mul.js": "exports.mul = (a, b) => a * b;\n"},
+     {"src/mul.test.js": "const { mul } = require('./mul');\nexports.mul = () => "
+                         "{ if (mul(6, 7) !== 42) throw new Error('mul'); };\n"}),
+    ({"src/sub.js": "exports.sub = (a, b) => a - b;\n"},
+     {"src/sub.test.js": "const { sub } = require('./sub');\nexports.sub = () => "
+                         "{ if (sub(5, 3) !== 2) throw new Error('sub'); };\n"}),
 ]
 
 
-@pytest.fixture(scope="module")
-def ts_base(tmp_path_factory: pytest.TempPathFactory) -> Files:
-    """The TypeScript base with the pnpm-lock.yaml pnpm 9 resolves (from the npm
-    registry: skipped when it cannot be reached)."""
-    if not (shutil.which("node") and shutil.which("npx")):
-        pytest.skip("no node/npx (install Debian's nodejs and npm)")
-    d = tmp_path_factory.mktemp("lock")
-    (d / "package.json").write_text(TS_BASE["package.json"])
-    r = subprocess.run(["npx", "--yes", "pnpm@9", "install", "--lockfile-only"], cwd=d,
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        pytest.skip(f"the npm registry cannot be reached: {r.stderr.strip()[-300:]}")
-    return {**TS_BASE, "pnpm-lock.yaml": (d / "pnpm-lock.yaml").read_text()}
-
-
-def test_a_typescript_pair_installs_once_and_links_node_modules(tmp_path: Path,
-                                                                ts_base: Files) -> None:
-    """pnpm (the runner's major) installs vitest once; every test run links the
-    prepared node_modules into the lab and runs `npx pnpm@9 test` offline."""
-    dataset = make_task(tmp_path, "calc", "FROM node:22-slim\nRUN npx pnpm@9 install\n",
-                        TS_RUNNER, ts_base, TS_FEATURES)
+@needs_node
+def test_a_typescript_pair_installs_once_into_node_modules_and_tests_offline(
+        tmp_path: Path) -> None:
+    """npm (no lockfile) installs once into the ignored node_modules of the `env`
+    scope; every test run is the runner's `npm test` line alone, offline, and the
+    jest-style summary is the count."""
+    dataset = make_task(tmp_path, "calc", "FROM node:22-slim\n", TS_RUNNER_NPM, TS_BASE,
+                        TS_FEATURES)
+    (task,) = load_tasks(dataset).values()
+    assert task.language == "typescript" and task.test_command == "set -e\nnpm test 2>&1\n"
     (r,) = _run(tmp_path, dataset)
     assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
-    assert all(f.tests_passed >= 1 for f in r.features)
-    env = tmp_path / "out" / "cache" / "envs" / "calc_task-task1"
-    assert (env / "src" / "node_modules" / "vitest").exists()
-    assert (env / "bin" / "pnpm").exists()
-    lab = next((tmp_path / "out" / "labs" / "calc_task-task1").iterdir())
-    # The lab's last run linked node_modules; its git status shows no tracked change.
-    assert (lab / "node_modules").is_symlink()
-    assert git(lab, "status", "--porcelain", "--untracked-files=no").stdout == ""
+    assert [f.tests_passed for f in r.features] == [1, 1]
+    assert _env_tree_is_base(tmp_path)
+    tar = tmp_path / "out" / "cache" / "envs" / "calc_task-task1" / "env.tar"
+    assert "node_modules/.corral-env" in tarfile.open(tar).getnames()
+
+
+def test_a_typescript_monorepo_is_unsupported_with_the_reason(tmp_path: Path) -> None:
+    """Workspaces (a node_modules per package, known only after the install) are not
+    built: unsupported, saying so, before anything is installed."""
+    if _lacks(_node_toolchain):
+        pytest.skip(_lacks(_node_toolchain))
+    base = {**TS_BASE, "pnpm-workspace.yaml": "packages:\n  - 'packages/*'\n"}
+    dataset = make_task(tmp_path, "calc", "FROM node:22-slim\n", TS_RUNNER_NPM, base,
+                        TS_FEATURES)
+    (r,) = _run(tmp_path, dataset)
+    assert r.status == "unsupported" and "workspaces" in r.reason and not r.counted
