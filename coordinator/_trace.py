@@ -324,6 +324,11 @@ class Trace:
         return self.journal.write_blob(data)
 
     def blob(self, oid: str) -> bytes:
+        held = self.journal.get(oid)
+        if held is not None and held[0] == ObjectType.BLOB:
+            # Not through libgit2, which copies the object twice and hashes it
+            # again (strict verification): ~0.8 ms for a 100 KB file.
+            return held[1]
         try:
             obj = self.repo[oid]
         except (KeyError, ValueError) as e:
