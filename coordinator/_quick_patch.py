@@ -40,6 +40,8 @@ _INDEX = re.compile(rb"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: (100644|100755)
 
 def _split_lines(data: bytes) -> list[bytes]:
     """Lines with their '\\n' (the last may lack one); only '\\n' ends a line, as in git."""
+    if b"\r" not in data:  # then bytes.splitlines (~10x faster) splits the same way
+        return data.splitlines(keepends=True)
     lines = data.split(b"\n")
     out = [ln + b"\n" for ln in lines[:-1]]
     if lines[-1]:
