@@ -13,6 +13,10 @@ A bare list of hunks for one file (what `patch(path, diff)` always took) is
 given the `--- a/path` / `+++ b/path` header it lacks and is applied with
 `--unidiff-zero` (so a hand-made hunk need not carry context at both ends);
 a diff that names another file is refused.
+
+The common case (existing text files, every hunk exactly where git looks
+first) is worked out in process by `_quick_patch`, with git's result and
+without its process; the rest goes to git.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pygit2.enums import FileMode, ObjectType
 
 from ._errors import PatchError, PathError
 from ._paths import check_path, resolve_in
+from ._quick_patch import apply_quick
 from ._scratch import GitDir
 from ._trace import Trace
 
@@ -149,6 +154,11 @@ def apply_patch(
     """
     if not diff.strip():
         raise PatchError("the patch is empty")
+    if not three_way:
+        # Most patches (an agent's hunk, a gold patch's) need no git process.
+        quick = apply_quick(diff, preimage, unidiff_zero=unidiff_zero)
+        if quick is not None:
+            return [PatchedFile(path, data, mode) for path, data, mode in quick]
     with GitDir() as git:
         index_file = git.path / "index"
         index = pygit2.Index(str(index_file))

@@ -14,6 +14,7 @@ append, moved into the repository as a pack at each checkpoint.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import re
 import subprocess
 import threading
@@ -184,6 +185,7 @@ class Trace:
             repo.config["gc.auto"] = 0
             repo.config["gc.pruneExpire"] = "never"
             repo.config["core.logAllRefUpdates"] = True
+        self._packed_cache: tuple[tuple[int, int, int], list[str]] | None = None
         self.journal = Journal(path, writable=writable, bounds=journal)
         self.journal.on_packed = self._renew_handles
 
@@ -327,6 +329,11 @@ class Trace:
         return self.journal.write_blob(data)
 
     def blob(self, oid: str) -> bytes:
+        held = self.journal.get(oid)
+        if held is not None and held[0] == ObjectType.BLOB:
+            # Not through libgit2, which copies the object twice and hashes it
+            # again (strict verification): ~0.8 ms for a 100 KB file.
+            return held[1]
         try:
             obj = self.repo[oid]
         except (KeyError, ValueError) as e:
@@ -594,15 +601,31 @@ class Trace:
         if any(r.startswith(below) and t is not None
                for r, t in self.journal.ref_moves().items()):
             return False
-        return not any(r.startswith(below) for r in self._packed_refs())
+        packed = self._packed_refs()
+        at = bisect.bisect_left(packed, below)
+        return not (at < len(packed) and packed[at].startswith(below))
 
     def _packed_refs(self) -> list[str]:
+        """The names in packed-refs, sorted. Parsed again only when the file was
+        replaced (git and the checkpoint write it to a new file renamed into place):
+        it holds every archived scope, so a run's discards would read it whole."""
+        path = self.path / "packed-refs"
         try:
-            text = (self.path / "packed-refs").read_text()
+            st = path.stat()
         except FileNotFoundError:
             return []
-        return [ln.split(" ", 1)[1] for ln in text.splitlines()
-                if ln and ln[0] not in "#^" and " " in ln]
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._packed_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return []
+        names = sorted(ln.split(" ", 1)[1] for ln in text.splitlines()
+                       if ln and ln[0] not in "#^" and " " in ln)
+        self._packed_cache = (key, names)
+        return names
 
     def fork_point(self, scope: str) -> str | None:
         """The fork commit of live scope `scope` (None for root, and for scopes

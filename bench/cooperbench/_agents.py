@@ -181,6 +181,12 @@ async def apply_step(scope: Scope, step: Step, base: bytes | None = None) -> Res
     except PatchError:
         if base is None:
             raise
+    return await _apply_three_way(scope, step, base)
+
+
+async def _apply_three_way(scope: Scope, step: Step, base: bytes) -> Result:
+    """The hunk of `step` merged into the scope's file from the base file (see
+    `apply_step`). Raises PatchError."""
     theirs = apply_hunk_exact(base.decode(), step.base_hunk or step.hunk)
     if theirs is None:
         raise PatchError(f"hunk of {step.path} does not apply to the base file either")
@@ -229,20 +235,31 @@ async def run_oracle_step(scope: Scope, step: Step, report: AgentReport,
     noted (and returned as None for the latter), never raised. With `coord`, a hunk whose
     context moved is merged against the base file (the scope's fork point)."""
     report.steps += 1
-    base = None
-    if coord is not None and step.kind == "patch":
-        try:
-            base = await asyncio.to_thread(coord.trace.read, scope.fork_point, step.path)
-        except Exception:
-            base = None
     try:
-        result = await apply_step(scope, step, base)
+        try:
+            result = await apply_step(scope, step)
+        except PatchError:
+            # The base file is read only now: most hunks apply as they are.
+            base = await _base_file(coord, scope, step)
+            if base is None:
+                raise
+            result = await _apply_three_way(scope, step, base)
     except (PatchError, FileNotFoundError) as e:
         report.notes.append(f"{step.describe()}: {e}")
         return None
     if result.blocked:
         report.blocked += 1
     return result
+
+
+async def _base_file(coord: Coordinator | None, scope: Scope, step: Step) -> bytes | None:
+    """The file of `step` at the scope's fork point (None without `coord`, or none)."""
+    if coord is None or step.kind != "patch":
+        return None
+    try:
+        return await asyncio.to_thread(coord.trace.read, scope.fork_point, step.path)
+    except Exception:
+        return None
 
 
 # -- the built-in coding agent ----------------------------------------------------

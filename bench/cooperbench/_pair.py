@@ -128,13 +128,15 @@ async def run_unit(
     # agent restarted in a new scope of the same name), all named under the prefix.
     made = [*reversed(run.made), *(s for n, s in list(bench.coord.scopes.items())
                                    if n.startswith(prefix + "."))]
-    for s in made:
-        if s.discarded:
-            continue
-        try:
-            await s.discard()
-        except Exception as e:  # the results stand; the scope stays live
-            error = error or e
+    # At once: each discard holds only its own scope's lock, and their unmounts and
+    # removals overlap on the io threads.
+    live = {id(s): s for s in made if not s.discarded}.values()
+    outcomes = await asyncio.gather(*(s.discard() for s in live), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):  # the results stand; the scope stays live
+            error = error or outcome
+        elif isinstance(outcome, BaseException):
+            raise outcome
     run.timings["close"] = time.perf_counter() - t
     if error is not None:
         reason = f"{type(error).__name__}: {error}"

@@ -374,6 +374,25 @@ async def test_archive_names_never_collide_with_another_scopes_rewound_refs(
                    for r in coord.trace.refs("refs/corral/archive/"))
 
 
+async def test_ref_name_free_sees_packed_refs_rewritten_after_it_read_them(
+    tmp_path, sample_repo
+):
+    """The parsed packed-refs are kept until the file is replaced: a name under a ref
+    a later checkpoint packed is taken, and free again once that ref is deleted."""
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        trace = coord.trace
+        await coord.checkpoint()
+        assert trace.ref_name_free("refs/corral/archive/y")  # packed-refs read here
+        trace.set_ref("refs/corral/archive/y/rewound-0", coord.root.head)
+        await coord.checkpoint()
+        assert not trace.journal.ref_moves()  # only packed-refs knows it now
+        assert not trace.ref_name_free("refs/corral/archive/y")
+        assert trace.ref_name_free("refs/corral/archive/y0")
+        trace.delete_ref("refs/corral/archive/y/rewound-0")
+        await coord.checkpoint()
+        assert trace.ref_name_free("refs/corral/archive/y")
+
+
 async def test_a_checkpoint_renews_the_handles_and_the_old_ones_are_freed_at_once(
     tmp_path, sample_repo
 ):

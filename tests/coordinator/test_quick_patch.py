@@ -1,0 +1,194 @@
+"""Law: a patch `_quick_patch` works out in process is what `git apply` makes of it.
+
+On generated cases (a file A patched towards B by `git diff -U<n>`, the patch, or
+one of its hunks in the bare one-file form, applied to C = A or a perturbation of
+A), `apply_quick` either declines (None) or returns exactly the content `git apply`
+(`--unidiff-zero` for the bare form) leaves in a real worktree, and it never
+accepts a patch git refuses. The examples below pin that it does handle the
+common cases (else the speed-up is gone while every law still holds).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from coordinator._patch import apply_patch, for_one_file
+from coordinator._quick_patch import apply_quick
+from tests.conftest import GIT_ENV
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, **GIT_ENV, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=env,
+                          input=input)
+
+
+def _repo(tmp: Path) -> Path:
+    repo = tmp / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
+def make_diff(a: bytes, b: bytes, context: int, mode: int = 0o100644) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _repo(Path(tmp))
+        f = repo / "d" / "f.py"
+        f.parent.mkdir()
+        f.write_bytes(a)
+        f.chmod(0o755 if mode == 0o100755 else 0o644)
+        _git(repo, "add", "-A")
+        f.write_bytes(b)
+        return _git(repo, "diff", f"-U{context}").stdout
+
+
+def git_apply(c: bytes, patch: bytes, unidiff_zero: bool) -> bytes | None:
+    """What `git apply` leaves in d/f.py of a worktree holding `c`, or None."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _repo(Path(tmp))
+        f = repo / "d" / "f.py"
+        f.parent.mkdir()
+        f.write_bytes(c)
+        done = _git(repo, "apply", *(["--unidiff-zero"] if unidiff_zero else []), input=patch)
+        return f.read_bytes() if done.returncode == 0 else None
+
+
+def quick(c: bytes, patch: bytes, unidiff_zero: bool, mode: int = 0o100644
+          ) -> list[tuple[str, bytes, int]] | None:
+    return apply_quick(patch, lambda p: (c, mode) if p == "d/f.py" else None,
+                       unidiff_zero=unidiff_zero)
+
+
+LINES = [b"a\n", b"b\n", b"\n", b"def f():\n", b"    return 1\n", b"x\r\n", b"  \n"]
+text = st.lists(st.sampled_from(LINES), min_size=1, max_size=14).map(b"".join)
+
+
+@st.composite
+def edited(draw: st.DrawFn, data: bytes) -> bytes:
+    lines = data.splitlines(keepends=True)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(lines)))
+        new = draw(st.sampled_from([b"X\n", b"Y\n", b"\n", b"a\n"]))
+        what = draw(st.sampled_from(["insert", "replace", "delete"]))
+        if what == "insert" or at == len(lines):
+            lines.insert(at, new)
+        elif what == "replace":
+            lines[at] = new
+        elif len(lines) > 1:
+            del lines[at]
+    out = b"".join(lines)
+    if draw(st.integers(0, 6)) == 0:
+        out = out.rstrip(b"\n")
+    return out
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[bytes, bytes, int, bytes, str]:
+    a = draw(text)
+    b = draw(edited(a))
+    context = draw(st.sampled_from([0, 1, 3, 3]))
+    how = draw(st.sampled_from(["same", "same", "same", "shifted", "changed", "no-eol"]))
+    c = {"same": a, "shifted": b"top\n" + a, "no-eol": a.rstrip(b"\n")}.get(how)
+    if c is None:
+        c = draw(edited(a))
+    return a, b, context, c, how
+
+
+LAW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.slow
+@LAW
+@given(case=cases())
+def test_a_whole_diff_is_git_apply_or_declined(case):
+    a, b, context, c, how = case
+    patch = make_diff(a, b, context)
+    if not patch:
+        return
+    want = git_apply(c, patch, unidiff_zero=False)
+    got = quick(c, patch, unidiff_zero=False)
+    event(f"{how}: {'declined' if got is None else 'in process'}")
+    if got is not None:
+        assert want is not None, "accepted a patch git refuses"
+        assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
+
+
+@pytest.mark.slow
+@LAW
+@given(case=cases(), which=st.integers(0, 5))
+def test_a_bare_hunk_is_git_apply_unidiff_zero_or_declined(case, which):
+    a, b, context, c, how = case
+    patch = make_diff(a, b, context)
+    hunks = [h for h in patch.split(b"\n@@")[1:]]
+    if not hunks:
+        return
+    bare = for_one_file("d/f.py", b"@@" + hunks[which % len(hunks)].rstrip(b"\n") + b"\n")
+    want = git_apply(c, bare, unidiff_zero=True)
+    got = quick(c, bare, unidiff_zero=True)
+    event(f"{how}: {'declined' if got is None else 'in process'}")
+    if got is not None:
+        assert want is not None, "accepted a hunk git refuses"
+        assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
+
+
+A = b"".join(b"line %d\n" % i for i in range(1, 31))
+B = A.replace(b"line 3\n", b"line 3\nnew 3\n").replace(b"line 20\n", b"changed 20\n")
+
+
+def test_the_common_cases_are_worked_out_in_process():
+    """A multi-hunk git diff, and each of its hunks as the oracle sends them (the old
+    start moved by the earlier hunks), need no git process, with git's result."""
+    patch = make_diff(A, B, 3)
+    assert patch.count(b"\n@@ ") == 2
+    assert quick(A, patch, unidiff_zero=False) == [("d/f.py", B, 0o100644)]
+    files = apply_patch(patch, lambda p: (A, 0o100644) if p == "d/f.py" else None)
+    assert [(f.path, f.data, f.mode) for f in files] == [("d/f.py", B, 0o100644)]
+    first, second = (b"@@" + h.rstrip(b"\n") + b"\n" for h in patch.split(b"\n@@")[1:])
+    step = quick(A, for_one_file("d/f.py", first), unidiff_zero=True)
+    assert step is not None
+    after = step[0][1]
+    assert after == git_apply(A, for_one_file("d/f.py", first), unidiff_zero=True)
+    shifted = second.replace(b"@@ -17,", b"@@ -18,", 1)  # +1 line from the first hunk
+    assert quick(after, for_one_file("d/f.py", shifted), unidiff_zero=True) == [
+        ("d/f.py", B, 0o100644)]
+
+
+@pytest.mark.parametrize("why", ["offset", "no newline", "new file", "mode line", "overlap",
+                                 "a file named twice", "garbage after"])
+def test_what_git_must_decide_is_declined(why):
+    patch = make_diff(A, B, 3)
+    c = A
+    if why == "offset":
+        c = A.replace(b"line 10\n", b"line 10\nmore\n")  # git finds hunk 2 one line lower
+    elif why == "no newline":
+        patch = make_diff(A, A.rstrip(b"\n"), 3)
+    elif why == "new file":
+        patch = patch.replace(b"--- a/d/f.py", b"--- /dev/null")
+    elif why == "mode line":
+        patch = patch.replace(b"\n--- ", b"\nold mode 100644\nnew mode 100755\n--- ", 1)
+    elif why == "overlap":
+        # the second hunk starts inside the lines the first one wrote
+        patch = patch.replace(b"@@ -17,7 +18,7 @@", b"@@ -2,7 +3,7 @@")
+    elif why == "a file named twice":
+        patch = patch + patch[patch.index(b"diff --git"):]
+    elif why == "garbage after":
+        patch = patch + b"trailing words\n"
+    assert quick(c, patch, unidiff_zero=False) is None
+    # and git's answer still comes: through git
+    if why == "offset":
+        files = apply_patch(patch, lambda p: (c, 0o100644) if p == "d/f.py" else None)
+        assert files[0].data == B.replace(b"line 10\n", b"line 10\nmore\n")
+
+
+def test_a_mode_on_the_index_line_must_be_the_files():
+    patch = make_diff(A, B, 3, mode=0o100755)
+    assert b"index " in patch and b" 100755\n" in patch
+    assert quick(A, patch, unidiff_zero=False, mode=0o100755) == [("d/f.py", B, 0o100755)]
+    assert quick(A, patch, unidiff_zero=False, mode=0o100644) is None
