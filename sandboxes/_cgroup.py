@@ -73,6 +73,7 @@ class CommandGroup:
         parents = _parents()
         if parents is None:
             return None
+        _sweep_once(parents)
         name = f"corral-exec-{os.getpid()}-{next(_serial)}"
         dirs: list[Path] = []
         try:
@@ -103,7 +104,9 @@ class CommandGroup:
         """Remove the group; its processes are gone with the sandbox's pid namespace
         (a few retries while the kernel finishes tearing it down)."""
         for d in self.dirs:
-            for _ in range(50):
+            # Up to ~2 s: under load the kernel can take that long to release a pids
+            # group after its namespace ends (0.5 s left some behind at load 8).
+            for _ in range(200):
                 try:
                     d.rmdir()
                     break
@@ -114,3 +117,22 @@ class CommandGroup:
                         for pid in (d / "cgroup.procs").read_text().split():
                             os.kill(int(pid), 9)
                     time.sleep(0.01)
+
+
+_swept = False
+
+
+def _sweep_once(parents: tuple[Path, ...]) -> None:
+    """Remove, once per process, the empty groups of processes that are gone (one
+    killed mid-command cannot close its group). A group still holding processes
+    refuses rmdir and stays."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for parent in parents:
+        for d in parent.glob("corral-exec-*-*"):
+            pid = d.name.split("-")[2]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
