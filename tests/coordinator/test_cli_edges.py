@@ -127,14 +127,24 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
         await c.fork("root", "alice")
         await c.fork("root", "bob")
         for filters in ({"scope": "bob"}, {"scopes": "bob"}, {"scopes": ["bob"]}):
-            stream = c.events(**filters, type="effect")
-            first = asyncio.ensure_future(stream.__anext__())
-            await asyncio.sleep(0.2)
-            await c.write("alice", "a.txt", b"a")
-            await c.write("bob", "b.txt", b"b")
-            event = await asyncio.wait_for(first, 10)
+            # subscribe: live once entered, so nothing written after can be missed
+            async with c.subscribe(**filters, type="effect") as stream:
+                await c.write("alice", "a.txt", b"a")
+                await c.write("bob", "b.txt", b"b")
+                event = await asyncio.wait_for(anext(stream), 10)
             assert event["effect"]["scope"] == "bob", filters
-            await stream.aclose()
+            # events() takes the same filters; it subscribes only when first awaited,
+            # which nothing signals, so write to both until bob's write comes through.
+            events = c.events(**filters, type="effect")
+            first = asyncio.ensure_future(anext(events))
+            for _ in range(200):
+                await c.write("alice", "a.txt", b"a")
+                await c.write("bob", "b.txt", b"b")
+                if first.done():
+                    break
+            assert first.done(), f"events({filters}) saw none of 200 writes to bob"
+            assert first.result()["effect"]["scope"] == "bob", filters
+            await events.aclose()
 
 
 @pytest.mark.slow
