@@ -111,12 +111,16 @@ async def test_observers_never_perturb_the_trace(tmp_path):
             else:
                 counts = [0, 0]
                 readies = [asyncio.Event(), asyncio.Event()]
-                async with asyncio.timeout(30), asyncio.TaskGroup() as tg:
-                    for i in (0, 1):
-                        tg.create_task(_watch(c, counts, i, readies[i]))
-                    for r in readies:
-                        await r.wait()
-                    await _script(c)
+                try:
+                    async with asyncio.timeout(30), asyncio.TaskGroup() as tg:
+                        for i in (0, 1):
+                            tg.create_task(_watch(c, counts, i, readies[i]))
+                        for r in readies:
+                            await r.wait()
+                        await _script(c)
+                except TimeoutError:
+                    raise AssertionError(f"observers saw {counts} events and not the "
+                                         "run's last effect within 30 s") from None
                 assert counts[0] == counts[1] > 20
         results.append(_refs(base / "state"))  # closed: the trace is checkpointed
     assert results[0] == results[1]
