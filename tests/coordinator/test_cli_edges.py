@@ -133,17 +133,27 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
                 await c.write("bob", "b.txt", b"b")
                 event = await asyncio.wait_for(anext(stream), 10)
             assert event["effect"]["scope"] == "bob", filters
-            # events() takes the same filters; it subscribes only when first awaited,
-            # which nothing signals, so write to both until bob's write comes through.
+            # events() takes the same filters. It subscribes when first awaited, which
+            # nothing signals: write to both until two events came through (once it
+            # listens, a write to alice comes before the next to bob).
             events = c.events(**filters, type="effect")
-            first = asyncio.ensure_future(anext(events))
+            got: list[str] = []
+
+            async def read() -> None:
+                async for e in events:
+                    got.append(e["effect"]["scope"])
+                    if len(got) == 2:
+                        return
+
+            reader = asyncio.ensure_future(read())
             for _ in range(200):
                 await c.write("alice", "a.txt", b"a")
                 await c.write("bob", "b.txt", b"b")
-                if first.done():
+                if reader.done():
                     break
-            assert first.done(), f"events({filters}) saw none of 200 writes to bob"
-            assert first.result()["effect"]["scope"] == "bob", filters
+            assert reader.done(), f"events({filters}) saw {got} of 200 writes to each"
+            reader.result()
+            assert got == ["bob", "bob"], filters
             await events.aclose()
 
 
