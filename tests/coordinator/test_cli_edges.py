@@ -118,6 +118,14 @@ def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     assert tempfile.gettempdir()  # (the test process's own temp dir is untouched)
 
 
+async def _scopes_of(events, n: int, got: list[str]) -> None:
+    """Append the scopes of the first `n` events to `got`."""
+    async for e in events:
+        got.append(e["effect"]["scope"])
+        if len(got) == n:
+            return
+
+
 @pytest.mark.slow
 async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_repo) -> None:
     """`events(scope="bob")` works (it raised TypeError) and `scopes="bob"` means the
@@ -138,14 +146,7 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
             # listens, a write to alice comes before the next to bob).
             events = c.events(**filters, type="effect")
             got: list[str] = []
-
-            async def read() -> None:
-                async for e in events:
-                    got.append(e["effect"]["scope"])
-                    if len(got) == 2:
-                        return
-
-            reader = asyncio.ensure_future(read())
+            reader = asyncio.ensure_future(_scopes_of(events, 2, got))
             for _ in range(200):
                 await c.write("alice", "a.txt", b"a")
                 await c.write("bob", "b.txt", b"b")
