@@ -269,8 +269,9 @@ class ReviewAnswer(_Request):
     reason: str = ""
     rewritten: Intent | None = None
     """For rewrite: the changed intent (same kind as the original)."""
-    content_b64: str | None = None
-    """For rewrite of fs.write/fs.patch: the new content (the server stores the blob)."""
+    content_b64: Base64 | None = None
+    """For rewrite of fs.write/fs.patch: the new content, base64 (the server stores
+    the blob). Not base64: the answer is refused and the intent blocked."""
     until: str | None = None
     """For defer: the scope whose merge the intent waits for."""
 

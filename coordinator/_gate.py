@@ -12,6 +12,10 @@ rejects it over the API (`/v1/gate/...`). Rejecting blocks it with the
 person's reason. Approving does not decide: the gate steps aside
 (the chain goes on, so later policies still see it) and the approval is noted
 in the final decision's reason. With a `timeout`, an unanswered hold blocks.
+Each hold is announced on the event bus as a `decision` event with verdict
+`defer` from policy `human-gate`, as a policy's deferral is, once the item is
+listed: a dashboard or a client (`CorralClient.next_held`) waits for it
+instead of polling `/v1/gate/pending`.
 
 A transactional exec is reviewed twice, and a matching rule holds it twice:
 once before it runs (`review == "intent"`: may this command run?), and, if it
@@ -32,6 +36,7 @@ import pathspec
 
 from ._effects import Decision, Effect, Exec, FsDelete, FsPatch, FsWrite, Intent
 from ._errors import NotFound
+from ._events import Event, EventBus
 from ._policy import View
 
 __all__ = ["GateRule", "HumanGate", "Held", "Review"]
@@ -114,6 +119,8 @@ class HumanGate:
         self.timeout = timeout
         self._held: dict[str, Held] = {}
         self._n = 0
+        self.events: EventBus | None = None
+        """Where holds are announced: the server sets its coordinator's bus."""
 
     def pending(self) -> list[Held]:
         """Held intents, oldest first."""
@@ -140,6 +147,10 @@ class HumanGate:
         held = Held(f"g{self._n}", rule, view.effect,
                     asyncio.get_running_loop().create_future())
         self._held[held.id] = held
+        if self.events is not None:
+            hold = Decision(verdict="defer", policy=self.name, reason=f"held at the gate ({rule})")
+            self.events.publish(Event("decision",
+                                      view.effect.model_copy(update={"decision": hold})))
         try:
             approved, reason = await asyncio.wait_for(asyncio.shield(held.answer), self.timeout)
         except TimeoutError:

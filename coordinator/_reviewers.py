@@ -16,16 +16,22 @@ abstain decides (its decision's policy is `reviewer:<name>`). A reviewer that
 does not answer within its timeout, or disconnects, abstains, and that is
 recorded: the final decision's reason ends with
 `reviewer <name> abstained: no answer within <T>s`.
+
+A message that is not a valid `ReviewAnswer` is refused with
+`{"type": "error", "detail": ...}` and its review goes on waiting; one whose
+`content_b64` is not base64 is refused too and blocks its intent (`reviewer
+<name> sent invalid base64`): the reviewer meant some content, not none.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import itertools
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from ._api import ReviewAnswer
 from ._effects import Decision, FsPatch, FsWrite, Intent
@@ -74,6 +80,21 @@ class ReviewerPool:
             return False
         fut.set_result(answer)
         return True
+
+    def receive(self, reviewer: Reviewer, message: str) -> str | None:
+        """Read one message of `reviewer` and deliver its answer: None, or the
+        error to send back (not an answer, or no review waits for its id)."""
+        try:
+            answer = ReviewAnswer.model_validate_json(message)
+        except ValidationError as e:
+            rid = _answer_id(message)
+            if rid is not None and any(err["type"] == "base64_decode" for err in e.errors()):
+                refused = f"reviewer {reviewer.name} sent invalid base64"
+                self.answer(reviewer, ReviewAnswer(id=rid, verdict="block", reason=refused))
+            return str(e)
+        if not self.answer(reviewer, answer):
+            return f"no review {answer.id!r} is waiting (late?)"
+        return None
 
     async def __call__(self, intent: Intent, view: View) -> Decision | None:
         for reviewer in list(self.reviewers):
@@ -126,11 +147,15 @@ class ReviewerPool:
             if not isinstance(new, FsWrite | FsPatch):
                 return Decision(verdict="block", policy=policy,
                                 reason=f"reviewer {reviewer.name} sent content for a {new.kind}")
-            try:
-                data = base64.b64decode(a.content_b64, validate=True)
-            except (binascii.Error, ValueError):
-                return Decision(verdict="block", policy=policy,
-                                reason=f"reviewer {reviewer.name} sent invalid base64")
-            blob = await view.store(data)
+            blob = await view.store(a.content_b64)
             new = new.model_copy(update={"blob": blob})
         return Decision(verdict="rewrite", rewritten=new, reason=a.reason, policy=policy)
+
+
+def _answer_id(message: str) -> str | None:
+    """The `id` of an answer that failed validation, if it names one."""
+    try:
+        rid = json.loads(message).get("id")
+    except (ValueError, AttributeError):
+        return None
+    return rid if isinstance(rid, str) else None

@@ -148,6 +148,7 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
         hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
         hub.coord = coord
         coord.events.listen(hub.on_event)
+        hub.gate.events = coord.events
         if cfg.defer_timeout is not None:
             coord.defer_timeout = cfg.defer_timeout
         if cfg.exec_limits is not None:

@@ -7,9 +7,8 @@ import json
 import math
 
 from aiohttp import WSMsgType, web
-from pydantic import ValidationError
 
-from ._api import BadRequest, ReviewAnswer
+from ._api import BadRequest
 from ._auth import Tokens
 from ._events import Event
 from ._hub import HUB
@@ -107,14 +106,8 @@ async def reviewers(request: web.Request) -> web.StreamResponse:
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
                 continue
-            try:
-                answer = ReviewAnswer.model_validate_json(msg.data)
-            except ValidationError as e:
-                await ws.send_str(json.dumps({"type": "error", "detail": str(e)}))
-                continue
-            if not pool.answer(reviewer, answer):
-                await ws.send_str(json.dumps({"type": "error", "detail":
-                                              f"no review {answer.id!r} is waiting (late?)"}))
+            if (detail := pool.receive(reviewer, msg.data)) is not None:
+                await ws.send_str(json.dumps({"type": "error", "detail": detail}))
     except (ConnectionError, RuntimeError):
         pass
     finally:

@@ -299,6 +299,22 @@ class CorralClient:
     async def reject(self, id: str, reason: str = "") -> GateItem:
         return await self._call(GateItem, "POST", f"/v1/gate/{id}/reject", {"reason": reason})
 
+    async def next_held(self, events: AsyncIterator[dict[str, Any]]) -> GateItem:
+        """The next intent held at the human gate, waiting for its announcement on
+        `events`: a stream from `subscribe(types="decision")` (or wider) entered
+        before the intent was proposed, so the hold cannot be missed. Bound the
+        wait yourself (`asyncio.timeout`); raises ClientError if the stream ends."""
+        async for event in events:
+            effect = event.get("effect") or {}
+            decision = effect.get("decision") or {}
+            if (event.get("type") == "decision" and decision.get("verdict") == "defer"
+                    and decision.get("policy") == "human-gate"):
+                # Announced once listed; answered meanwhile (by someone else), it is gone.
+                for item in reversed(await self.gate_pending()):
+                    if item.effect.id == effect.get("id"):
+                        return item
+        raise ClientError("the event stream ended before anything was held at the gate", 500)
+
     # -- trace ----------------------------------------------------------------
 
     async def log(self, scope: str, *, limit: int | None = None,

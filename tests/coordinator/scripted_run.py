@@ -25,7 +25,7 @@ from agents.providers import ModelRequest, OpenAIProvider, UserMessage
 from coordinator import GateRule
 from coordinator._api import ResultOut
 
-from .server_fixtures import Served, serve
+from .server_fixtures import Served, held_at_gate, serve
 
 APP_ALICE = "".join(f"line {i}\n" if i != 10 else "line 10 by alice\n" for i in range(1, 21))
 APP_BOB = "".join(f"line {i}\n" if i != 10 else "line 10 by bob\n" for i in range(1, 21))
@@ -39,14 +39,6 @@ class Run:
     """bob's write of held/notes.md, waiting at the gate."""
     commits: dict[str, str]
     """Named commits of the run: alice_write, model_call, bob_blocked, bob_exec, ..."""
-
-
-async def _held(srv: Served) -> None:
-    for _ in range(500):
-        if await srv.client.gate_pending():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("bob's write was not held at the gate")
 
 
 @asynccontextmanager
@@ -100,8 +92,9 @@ async def scripted_run(state: Path, repo: Path) -> AsyncIterator[Run]:
         dry = await c.merge("root", "bob", dry_run=True)
         assert not dry.ok and [x.path for x in dry.conflicts] == ["README.md"]
 
-        held = asyncio.create_task(c.write("bob", "held/notes.md", b"notes from bob\n"))
-        await _held(srv)
+        async with c.subscribe(scopes="bob", types="decision") as events:
+            held = asyncio.create_task(c.write("bob", "held/notes.md", b"notes from bob\n"))
+            await held_at_gate(c, events)
         try:
             yield Run(srv, held, commits)
         finally:

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from coordinator._api import GateItem
 from coordinator._hub import HUB, Hub
 from coordinator.client import CorralClient
 from coordinator.server import ServerConfig, make_app
@@ -42,6 +44,17 @@ async def serve(state: Path, repo: Path | None, **config: object) -> AsyncIterat
         url = str(server.make_url("")).rstrip("/")
         async with CorralClient(url, ADMIN) as client:
             yield Served(app, server, client, url)
+
+
+async def held_at_gate(client: CorralClient, events: AsyncIterator[dict[str, Any]],
+                       within: float = 10.0) -> GateItem:
+    """The item held next at the gate, once announced on `events` (a stream entered
+    before the intent was proposed); fails the test after `within` seconds."""
+    try:
+        async with asyncio.timeout(within):
+            return await client.next_held(events)
+    except TimeoutError:
+        raise AssertionError(f"nothing was held at the gate within {within} s") from None
 
 
 async def serve_process(state: Path, repo: Path | None,

@@ -118,6 +118,14 @@ def test_demo_leaves_no_temp_dir_and_reuses_its_state(tmp_path: Path) -> None:
     assert tempfile.gettempdir()  # (the test process's own temp dir is untouched)
 
 
+async def _scopes_of(events, n: int, got: list[str]) -> None:
+    """Append the scopes of the first `n` events to `got`."""
+    async for e in events:
+        got.append(e["effect"]["scope"])
+        if len(got) == n:
+            return
+
+
 @pytest.mark.slow
 async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_repo) -> None:
     """`events(scope="bob")` works (it raised TypeError) and `scopes="bob"` means the
@@ -127,14 +135,27 @@ async def test_client_event_filters_take_one_name_or_several(tmp_path, sample_re
         await c.fork("root", "alice")
         await c.fork("root", "bob")
         for filters in ({"scope": "bob"}, {"scopes": "bob"}, {"scopes": ["bob"]}):
-            stream = c.events(**filters, type="effect")
-            first = asyncio.ensure_future(stream.__anext__())
-            await asyncio.sleep(0.2)
-            await c.write("alice", "a.txt", b"a")
-            await c.write("bob", "b.txt", b"b")
-            event = await asyncio.wait_for(first, 10)
+            # subscribe: live once entered, so nothing written after can be missed
+            async with c.subscribe(**filters, type="effect") as stream:
+                await c.write("alice", "a.txt", b"a")
+                await c.write("bob", "b.txt", b"b")
+                event = await asyncio.wait_for(anext(stream), 10)
             assert event["effect"]["scope"] == "bob", filters
-            await stream.aclose()
+            # events() takes the same filters. It subscribes when first awaited, which
+            # nothing signals: write to both until two events came through (once it
+            # listens, a write to alice comes before the next to bob).
+            events = c.events(**filters, type="effect")
+            got: list[str] = []
+            reader = asyncio.ensure_future(_scopes_of(events, 2, got))
+            for _ in range(200):
+                await c.write("alice", "a.txt", b"a")
+                await c.write("bob", "b.txt", b"b")
+                if reader.done():
+                    break
+            assert reader.done(), f"events({filters}) saw {got} of 200 writes to each"
+            reader.result()
+            assert got == ["bob", "bob"], filters
+            await events.aclose()
 
 
 @pytest.mark.slow

@@ -41,13 +41,14 @@ async def test_chown_is_asked_and_recorded(tmp_path: Path, repo: Path):
         a = await coord.root.fork("a")
         before = len(coord.log(a))
         owner = os.stat(a.path / "mine.txt").st_uid
-        r = await sh(a.path, "chown 1234:1234 mine.txt")
-        assert r.returncode != 0 and "Permission denied" in r.stderr, r
-        assert os.stat(a.path / "mine.txt").st_uid == owner
-        r = await sh(a.path, "chown 1234:4321 free.txt")
-        assert r.returncode == 0, r.stderr
-        assert os.stat(a.path / "free.txt")[4:6] == (1234, 4321)
-        effects = (await settle(coord, a, before + 2))[before:]
+        async with coord.events.subscribe(scopes={"a"}, types={"effect"}) as recorded:
+            r = await sh(a.path, "chown 1234:1234 mine.txt")
+            assert r.returncode != 0 and "Permission denied" in r.stderr, r
+            assert os.stat(a.path / "mine.txt").st_uid == owner
+            r = await sh(a.path, "chown 1234:4321 free.txt")
+            assert r.returncode == 0, r.stderr
+            assert os.stat(a.path / "free.txt")[4:6] == (1234, 4321)
+            effects = (await settle(coord, a, before + 2, recorded))[before:]
         ops = [(e.status, e.intent.op, e.intent.path, e.intent.target) for e in effects
                if isinstance(e.intent, FsOp)]
         assert ("blocked", "chown", "mine.txt", "1234:1234") in ops
@@ -106,9 +107,10 @@ async def test_ignored_files_written_live_survive_a_reopen(tmp_path: Path, repo:
     async with Coordinator.open(state, repo, backend="fuse") as coord:
         a = await coord.root.fork("a")
         before = len(coord.log(a))
-        r = await sh(a.path, "mkdir -p build && printf obj > build/live.o")
-        assert r.returncode == 0, r.stderr
-        effects = await settle(coord, a, before + 2)
+        async with coord.events.subscribe(scopes={"a"}, types={"effect"}) as recorded:
+            r = await sh(a.path, "mkdir -p build && printf obj > build/live.o")
+            assert r.returncode == 0, r.stderr
+            effects = await settle(coord, a, before + 2, recorded)
         kept = [e.outcome.ignored_files for e in effects  # type: ignore[union-attr]
                 if getattr(e.outcome, "ignored_files", None)]
         assert any(b"build/live.o" in coord.trace.blob(b) for b in kept)

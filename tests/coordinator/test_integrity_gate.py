@@ -8,17 +8,7 @@ import asyncio
 
 from coordinator import GateRule
 
-from .server_fixtures import serve
-
-
-async def _held(client, seen: set[str]):
-    for _ in range(500):
-        items = [i for i in await client.gate_pending() if i.id not in seen]
-        if items:
-            seen.add(items[0].id)
-            return items[0]
-        await asyncio.sleep(0.01)
-    raise AssertionError("nothing new was held at the gate")
+from .server_fixtures import held_at_gate, serve
 
 
 async def test_an_exec_that_changes_files_is_held_twice_and_both_answers_recorded(
@@ -26,13 +16,13 @@ async def test_an_exec_that_changes_files_is_held_twice_and_both_answers_recorde
     async with serve(tmp_path / "state", sample_repo, gate=[GateRule.parse("exec")]) as srv:
         c = srv.client
         await c.fork("root", "a")
-        seen: set[str] = set()
         argv = ["sh", "-c", "echo 1 > one.txt && echo 2 > two.txt"]
-        run = asyncio.create_task(c.exec("a", argv))
-        first = await _held(c, seen)
-        assert first.review == "intent" and first.changes is None
-        await c.approve(first.id, "may run")
-        second = await _held(c, seen)
+        async with c.subscribe(types="decision") as events:
+            run = asyncio.create_task(c.exec("a", argv))
+            first = await held_at_gate(c, events)
+            assert first.review == "intent" and first.changes is None
+            await c.approve(first.id, "may run")
+            second = await held_at_gate(c, events)
         assert second.review == "changes" and second.id != first.id
         assert sorted(ch.path for ch in second.changes or []) == ["one.txt", "two.txt"]
         assert second.summary != first.summary and "one.txt" in second.summary
@@ -47,9 +37,10 @@ async def test_an_exec_that_changes_files_is_held_twice_and_both_answers_recorde
         assert stored is not None and stored.outcome.review == review  # type: ignore[union-attr]
 
         # Rejecting the second review blocks, and the first answer stays in the record.
-        run = asyncio.create_task(c.exec("a", ["sh", "-c", "echo 3 > three.txt"]))
-        await c.approve((await _held(c, seen)).id, "may run again")
-        await c.reject((await _held(c, seen)).id, "not this file")
+        async with c.subscribe(types="decision") as events:
+            run = asyncio.create_task(c.exec("a", ["sh", "-c", "echo 3 > three.txt"]))
+            await c.approve((await held_at_gate(c, events)).id, "may run again")
+            await c.reject((await held_at_gate(c, events)).id, "not this file")
         r = await run
         assert r.status == "blocked"
         assert "not this file" in r.reason and "may run again" in r.reason
@@ -62,9 +53,10 @@ async def test_a_command_that_changes_nothing_is_held_once(tmp_path, sample_repo
     async with serve(tmp_path / "state", sample_repo, gate=[GateRule.parse("exec")]) as srv:
         c = srv.client
         await c.fork("root", "a")
-        run = asyncio.create_task(c.exec("a", ["true"]))
-        item = await _held(c, set())
-        await c.approve(item.id)
+        async with c.subscribe(types="decision") as events:
+            run = asyncio.create_task(c.exec("a", ["true"]))
+            item = await held_at_gate(c, events)
+            await c.approve(item.id)
         r = await run
         assert r.ok and r.effect.outcome.review is None  # type: ignore[union-attr]
         assert await c.gate_pending() == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, Effect, FsOp, FsWrite, NotFound, block
+from coordinator import Coordinator, Effect, FsOp, FsWrite, NotFound, Subscription, block
 from sandboxes import FuseBackend
 from tests.conftest import SAMPLE, make_repo
 from tests.sandboxes.conftest import mounts_under
@@ -54,15 +54,20 @@ def blocked(effects: list[Effect]) -> list[Effect]:
     return [e for e in effects if e.status == "blocked"]
 
 
-async def settle(coord: Coordinator, scope, count: int, limit: float = 5.0) -> list[Effect]:
-    """The scope's effects once at least `count` are recorded (a file closed last by a
-    process exiting is released asynchronously by the kernel)."""
-    end = time.monotonic() + limit
-    while True:
-        effects = coord.log(scope)
-        if len(effects) >= count or time.monotonic() > end:
-            return effects
-        await asyncio.sleep(0.02)
+async def settle(coord: Coordinator, scope, count: int, recorded: Subscription,
+                 limit: float = 5.0) -> list[Effect]:
+    """The scope's effects once at least `count` are recorded, waking on each of its
+    `effect` events (`recorded`: subscribed before the commands ran; a file closed
+    last by a process exiting is released, and recorded, after the process is gone).
+    Fails the test after `limit` seconds."""
+    try:
+        async with asyncio.timeout(limit):
+            while len(effects := coord.log(scope)) < count:
+                await recorded.get()
+    except TimeoutError:
+        raise AssertionError(f"{len(coord.log(scope))} effects recorded in {scope.name}, "
+                             f"not {count}, within {limit} s") from None
+    return effects
 
 
 async def test_real_commands_denied_on_a_py_recorded_elsewhere(tmp_path: Path, repo: Path):

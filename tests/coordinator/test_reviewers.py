@@ -107,3 +107,28 @@ async def test_reviewer_may_answer_abstain(srv):
     r = await c.write("a", "y.txt", base64.b64encode(b"y"))
     await task
     assert r.ok and r.effect.decision.policy == "default"
+
+
+async def test_an_answer_that_is_not_valid_is_refused(srv):
+    """A malformed answer is refused with an error and its review goes on waiting; a
+    rewrite whose content_b64 is not base64 is refused and blocks the intent."""
+    c = srv.client
+    headers = {"Authorization": f"Bearer {c.token}"}
+    url = srv.url.replace("http://", "ws://") + "/v1/reviewers?name=raw&kind=fs.write"
+    async with c.session.ws_connect(url, headers=headers) as ws:
+        assert (await ws.receive_json())["type"] == "registered"
+        write = asyncio.create_task(c.write("a", "m.py", b"x=1"))
+        req = await asyncio.wait_for(ws.receive_json(), 10)
+        await ws.send_json({"type": "answer", "id": req["id"], "verdict": "maybe"})
+        error = await asyncio.wait_for(ws.receive_json(), 10)
+        assert error["type"] == "error" and "verdict" in error["detail"]
+        assert not write.done()
+        await ws.send_json({"type": "answer", "id": req["id"], "verdict": "rewrite",
+                            "content_b64": "%%%not base64"})
+        error = await asyncio.wait_for(ws.receive_json(), 10)
+        assert error["type"] == "error" and "not valid base64" in error["detail"]
+        r = await asyncio.wait_for(write, 10)
+    assert r.status == "blocked" and r.reason == "reviewer raw sent invalid base64"
+    assert r.effect.decision.policy == "reviewer:raw"
+    with pytest.raises(FileNotFoundError):
+        await c.read("a", "m.py")

@@ -306,7 +306,7 @@ async def test_host_unix_socket_unreachable_without_network(env, tmp_path: Path)
     os.chmod(path, 0o777)
     server.listen()
     server.settimeout(0.2)
-    stop = threading.Event()
+    stop, received = threading.Event(), threading.Event()
 
     def serve() -> None:
         while not stop.is_set():
@@ -316,6 +316,7 @@ async def test_host_unix_socket_unreachable_without_network(env, tmp_path: Path)
                 continue
             with conn:
                 accepted.append(conn.recv(100))
+                received.set()
 
     thread = threading.Thread(target=serve)
     thread.start()
@@ -329,9 +330,7 @@ async def test_host_unix_socket_unreachable_without_network(env, tmp_path: Path)
         assert accepted == []
         # the same program from the host reaches the server: the test can fail
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        deadline = time.monotonic() + 5
-        while not accepted and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(received.wait, 5), "the host's server got nothing in 5 s"
         assert accepted == [b"hello"]
     finally:
         stop.set()
