@@ -11,7 +11,7 @@ from sandboxes import Change, apply_changes
 from ._effects import FileChange, FsDelete, FsOutcome, FsPatch, FsWrite, Intent
 from ._errors import CorralError, PatchError, SandboxFailure
 from ._ignore import split_ignored, store_ignored
-from ._patch import apply_patch, trace_blobs, workspace_files
+from ._patch import apply_patch, candidate_paths, trace_blobs, workspace_files
 from ._paths import resolve_in
 from ._trace import Trace, TreeChanges
 
@@ -25,9 +25,18 @@ def patch_intent(
     """The intent of patch `raw` on the workspace tree `backing`: every file it
     changes, as git apply leaves them (blobs written), each path checked by
     `writable`. Raises PatchError when it does not apply."""
-    files = apply_patch(raw, workspace_files(backing), three_way=three_way,
-                        unidiff_zero=one_file, blob=trace_blobs(trace))
+    current = workspace_files(backing)
+    files = apply_patch(raw, current, three_way=three_way, unidiff_zero=one_file,
+                        blob=trace_blobs(trace))
     if not files:
+        # git applied it and nothing changed (a three-way patch whose change is
+        # already there): git accepts that, so it is an effect that changes nothing.
+        for path in sorted(candidate_paths(raw)):
+            found = current(path)
+            if found is not None:
+                return FsPatch(path=writable(path), diff=trace.write_blob(raw),
+                               blob=trace.write_blob(found[0]), mode=found[1], changes=(),
+                               three_way=three_way)
         raise PatchError("the patch changes nothing")
     changes = tuple(
         FileChange(path=writable(f.path),

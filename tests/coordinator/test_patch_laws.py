@@ -208,3 +208,14 @@ def test_three_way_patch_equals_git_apply_3way(env, case):
     want = git_apply(a, c, patch, True)
     event(f"{how}: {'applies' if want else 'refused'}")
     assert env.corral_apply(a, c, patch, True) == want
+
+
+def test_a_three_way_patch_already_applied_is_a_no_op_as_in_git(env):
+    """Found by the law above: git apply --3way accepts a patch whose change the file
+    already has (and changes nothing); scope.patch refused it as a change of nothing."""
+    patch = (b"diff --git a/f.txt b/f.txt\nindex 7898192..500c070 100644\n--- a/f.txt\n"
+             b"+++ b/f.txt\n@@ -1 +1 @@\n-a\n+X\n\\ No newline at end of file\n")
+    a, c = {"f.txt": (b"a\n", 0o100644)}, {"f.txt": (b"X", 0o100644)}
+    want = git_apply(a, c, patch, True)
+    assert want is not None
+    assert env.corral_apply(a, c, patch, True) == want
