@@ -13,16 +13,13 @@ is an effect the supervisor reviews first.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from coordinator import Coordinator, PatchError, Result, Scope
 
 from ._dataset import Feature
-from ._patches import apply_hunk_exact, hunk_delta, shift_hunk, split_diff
+from ._patches import apply_hunk_exact, git_merge_file, hunk_delta, shift_hunk, split_diff
 
 __all__ = [
     "Agent",
@@ -199,13 +196,7 @@ async def _apply_three_way(scope: Scope, step: Step, base: bytes) -> Result:
 
 def _merge_file(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     """`git merge-file -p`: the merged content, or None on a conflict."""
-    with tempfile.TemporaryDirectory() as d:
-        paths = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(d) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        r = subprocess.run(["git", "merge-file", "-p", *paths], capture_output=True)
+    r = git_merge_file(ours, base, theirs)
     return r.stdout if r.returncode == 0 else None
 
 

@@ -4,9 +4,12 @@ diff into files and hunks (what the oracle agent applies one intent at a time)."
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["FileDiff", "is_test_path", "split_diff", "strip_tests"]
+__all__ = ["FileDiff", "git_merge_file", "is_test_path", "split_diff", "strip_tests"]
 
 # CooperBench 0.0.29 (`eval/sandbox.py`): a test file an agent wrote must never reach
 # the graded patch, where it would collide with the hidden tests.patch.
@@ -189,3 +192,17 @@ def apply_hunk_exact(text: str, hunk: str) -> str | None:
     if lines[at: at + len(old)] != old:
         return None
     return "".join(lines[:at] + new + lines[at + len(old):])
+
+
+def git_merge_file(ours: bytes, base: bytes, theirs: bytes, *options: str
+                   ) -> subprocess.CompletedProcess[bytes]:
+    """`git merge-file -p OPTIONS ours base theirs` on three texts: stdout is the
+    merged text, the return code the number of conflicts."""
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            p = Path(d) / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        return subprocess.run(["git", "merge-file", "-p", *options, *paths],
+                              capture_output=True)

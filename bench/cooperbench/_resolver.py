@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from coordinator import Conflict, Coordinator, MergeResult, Scope
 
 from ._agents import AgentReport
+from ._patches import git_merge_file
 
 __all__ = ["RESOLVER_PROMPT", "Region", "marked_regions", "resolve_merge"]
 
@@ -75,15 +73,8 @@ def marked_regions(marked: bytes) -> tuple[list[bytes | int], list[Region]]:
 
 def _diff3(ours: bytes, base: bytes, theirs: bytes) -> bytes:
     """`git merge-file -p --diff3`: the merged file with conflicts marked."""
-    with tempfile.TemporaryDirectory() as d:
-        paths = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            p = Path(d) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        r = subprocess.run(["git", "merge-file", "-p", "--diff3", "-L", "agent2", "-L",
-                            "base", "-L", "agent1", *paths], capture_output=True)
-    return r.stdout
+    return git_merge_file(ours, base, theirs, "--diff3", "-L", "agent2", "-L", "base", "-L",
+                          "agent1").stdout
 
 
 def _prompt(path: str, lines: list[bytes | int], regions: list[Region]) -> str:
