@@ -85,7 +85,6 @@ class _Run:
     states: dict[str, Scope] = field(default_factory=dict)
     """A patch's text -> the scope whose tree is base + that patch (the evaluation
     tests it there instead of applying it again)."""
-    made: list[Scope] = field(default_factory=list)
 
 
 def _remember(run: _Run, patch: str, scope: Scope) -> None:
@@ -116,21 +115,17 @@ async def run_unit(
         await _work(cfg, bench, pair, setting, agent, run, prefix)
         for merge in merges:
             lab = ScopeLab(bench, prefix if merge == "-" else f"{prefix}.{merge}", run.states)
-            try:
-                grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, run)
-                grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
-            finally:
-                run.made.extend(lab.scopes)
+            grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, run)
+            grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
     except Exception as e:
         error = e
     t = time.perf_counter()
-    # What the unit made, and what the supervisor made for it (its own scope, an
-    # agent restarted in a new scope of the same name), all named under the prefix.
-    made = [*reversed(run.made), *(s for n, s in list(bench.coord.scopes.items())
-                                   if n.startswith(prefix + "."))]
-    # At once: each discard holds only its own scope's lock, and their unmounts and
-    # removals overlap on the io threads.
-    live = {id(s): s for s in made if not s.discarded}.values()
+    # Every scope of the unit is named under its prefix: its agents', the
+    # evaluation's, and what the supervisor made for it (its own scope, an agent
+    # restarted in a new scope of the same name). Discarded at once: each discard
+    # holds only its own scope's lock, and their unmounts overlap on the io threads.
+    live = [s for n, s in list(bench.coord.scopes.items())
+            if n.startswith(prefix + ".") and not s.discarded]
     outcomes = await asyncio.gather(*(s.discard() for s in live), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, Exception):  # the results stand; the scope stays live
@@ -158,7 +153,6 @@ async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
     scopes = []
     for role in roles:
         scopes.append(await bench.env.fork(f"{prefix}.{role}"))
-        run.made.append(scopes[-1])
     run.timings["fork"] = time.perf_counter() - t
     names = [s.name for s in scopes]
     policies, rules = pair_policies(cfg.team(), setting)
@@ -177,7 +171,6 @@ async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
     if setting != "solo" and "corral" in cfg.merges:
         t = time.perf_counter()
         target = await scopes[1].fork(f"{prefix}.merged")
-        run.made.append(target)
         m = await resolve_merge(coord, target, scopes[0], cfg.resolver, cfg.base_url,
                                 run.report)
         run.scopes[target.name] = target.head

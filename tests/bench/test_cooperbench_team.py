@@ -113,6 +113,8 @@ def test_llm_supervisor_handoff_changes_the_outcome(server: ScriptedModelServer,
 
     async def decisions() -> list[Any]:
         async with Coordinator.open(Path(steered.trace)) as coord:
+            # The unit left nothing live: agents, evaluation, supervisor all discarded.
+            assert {n for n, sc in coord.scopes.items() if not sc.discarded} == {"root", "env"}
             heads = {coord.last_discard(f"1-3.supervised.agent{i}") for i in (1, 2)}
             seen = {x.effect.id: x.effect for h in heads if h is not None
                     for x in coord.trace.log(h) if x.effect is not None}
