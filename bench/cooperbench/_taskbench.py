@@ -119,6 +119,9 @@ class TaskBench:
                 if s.name not in ("root", ENV_SCOPE) and not s.discarded:
                     await s.discard(cause="left by an unfinished unit")
             env = coord.scopes.get(ENV_SCOPE)
+            if env is not None and not env.discarded and not await _built(coord, env):
+                await env.discard(cause="left half-built by a killed run")
+                env = None
             started = time.perf_counter()
             cached = True
             if env is None or env.discarded:
@@ -212,6 +215,16 @@ async def _fill_env(coord: Coordinator, env: Scope, task: Task, rec: Recipe, cac
             return env, False
     finally:
         shutil.rmtree(shown, ignore_errors=True)
+
+
+async def _built(coord: Coordinator, env: Scope) -> bool:
+    """Whether `env` holds a whole environment: its last effect is the build's (or
+    the unpack's) exec, and it succeeded. A run killed mid-build leaves `env` with
+    its fork alone (an exec is recorded only once it ends), or a failed exec."""
+    log = await coord.io(coord.log, env)
+    last = log[-1] if log else None
+    return (last is not None and isinstance(last.outcome, ExecOutcome)
+            and last.outcome.returncode == 0 and not last.outcome.timed_out)
 
 
 def _share(src: Path, dst: Path) -> None:

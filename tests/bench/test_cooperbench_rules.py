@@ -272,3 +272,24 @@ def test_lab_runs_tests_offline() -> None:
     r = subprocess.run(["unshare", "--net", "--", "cat", "/proc/net/dev"], capture_output=True,
                        text=True)
     assert [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:]] == ["lo"]
+
+
+def test_an_env_a_killed_build_left_is_built_again(repo: Path, tmp_path: Path,
+                                                    env_cache: Path) -> None:
+    """A run killed while building the environment leaves a live `env` scope with
+    nothing in it; the next run (same state, as --resume does) must not take it for
+    a built one."""
+    from coordinator import Coordinator
+
+    task, state = _task(tmp_path / "task"), tmp_path / "state"
+    head = git(repo, "rev-parse", "HEAD").stdout.strip()
+
+    async def go() -> tuple[bool, bool]:
+        async with Coordinator.open(state, repo=repo, base=head) as coord:
+            await coord.root.fork("env")  # the kill came right after the fork
+        async with TaskBench.open(task, repo, state, env_cache, mini=True) as bench:
+            env_dir = bench.env.path / bench.recipe.paths[0]
+            return env_dir.is_dir(), bench.env.discarded
+
+    built, discarded = asyncio.run(go())
+    assert built and not discarded
