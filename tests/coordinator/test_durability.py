@@ -28,7 +28,7 @@ WRITER = textwrap.dedent(
                 for n in range(100000):
                     path = f"out/{scope.name}/{n % 40}.txt"
                     r = await scope.write(path, f"{scope.name} {n}\\n".encode())
-                    print(json.dumps([scope.name, r.commit, path, n]), flush=True)
+                    emit([scope.name, r.commit, path, n])
             await asyncio.gather(*(writer(s) for s in scopes))
 
     asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -82,15 +82,23 @@ async def test_sigkill_during_writes_keeps_every_acknowledged_effect(tmp_path, s
 
 CHECKPOINT_KILLER = textwrap.dedent(
     """
-    import asyncio, json, sys, time
+    import asyncio, json, sys, threading, time
     from coordinator import Coordinator, JournalBounds
     from coordinator._journal import Journal
 
     stage = sys.argv[3]
     real_pack, real_refs = Journal._write_pack, Journal._write_refs
 
+    # The checkpoint thread and the writers both report; print() writes the text
+    # and its newline separately, so two threads could share one line.
+    out = threading.Lock()
+    def emit(item):
+        with out:
+            sys.stdout.write(json.dumps(item) + "\\n")
+            sys.stdout.flush()
+
     def hold(where):
-        print(json.dumps(["stage", where]), flush=True)
+        emit(["stage", where])
         time.sleep(60)  # the parent kills us here
 
     # Pause the second checkpoint at one of its steps, with writers still going.
@@ -117,7 +125,7 @@ CHECKPOINT_KILLER = textwrap.dedent(
                     path = f"out/{scope.name}/{n % 40}.txt"
                     data = f"{scope.name} {n}\\n".encode() * (1 + (n % 7) * 20000)
                     r = await scope.write(path, data)
-                    print(json.dumps([scope.name, r.commit, path, n]), flush=True)
+                    emit([scope.name, r.commit, path, n])
             await asyncio.gather(*(writer(s) for s in scopes))
 
     asyncio.run(main(sys.argv[1], sys.argv[2]))
