@@ -31,6 +31,7 @@ from pygit2.enums import AttrCheck, ObjectType
 
 from ._effects import MergeStrategy
 from ._errors import MergeError
+from ._gitnames import entry
 from ._scratch import merge_tree, tree_bytes
 
 __all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
@@ -55,11 +56,8 @@ def merge_driver(repo: pygit2.Repository, commit: str, tree: pygit2.Tree, path: 
     `merge.<name>.driver` in the config (Corral's copy has none), text."""
     parts = path.split("/")
     for i in range(len(parts)):  # most paths have no .gitattributes above them
-        try:
-            tree["/".join([*parts[:i], ".gitattributes"])]
+        if entry(tree, "/".join([*parts[:i], ".gitattributes"])) is not None:
             break
-        except KeyError:
-            continue
     else:
         return "text"
     value = repo.get_attr(path, "merge", _ATTRIBUTES, commit)

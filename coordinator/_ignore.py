@@ -23,6 +23,7 @@ import pygit2
 from pydantic import TypeAdapter
 
 from ._effects import FileChange
+from ._gitnames import entry
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -71,11 +72,8 @@ class IgnoreRules:
         self._defaults = _spec("\n".join(patterns).encode()) if patterns else None
 
     def _rules(self, directory: str) -> pathspec.PathSpec | None:
-        try:
-            obj = self._tree[f"{directory}/.gitignore" if directory else ".gitignore"]
-        except KeyError:
-            return None
-        if obj.type != pygit2.enums.ObjectType.BLOB:
+        obj = entry(self._tree, f"{directory}/.gitignore" if directory else ".gitignore")
+        if obj is None or obj.type != pygit2.enums.ObjectType.BLOB:
             return None
         return _spec(obj.read_raw())
 

@@ -50,6 +50,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from ._errors import StateError
+from ._gitnames import name as gitname
 from ._packfile import write_pack
 
 __all__ = ["Journal", "JournalBounds"]
@@ -453,7 +454,7 @@ class Journal:
         repo = pygit2.Repository(str(self.git_dir))  # no journal: refs go to disk
         for name, oid in refs.items():
             if oid is None:
-                ref = repo.references.get(name)
+                ref = repo.references.get(gitname(name))
                 if ref is not None:
                     ref.delete()
             else:

@@ -37,6 +37,7 @@ from sandboxes import MutationIntent, Workspace, leaves, read_entry
 from ._effect_path import EffectPath
 from ._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
 from ._events import Event
+from ._gitnames import entry
 from ._ignore import split_ignored, store_ignored
 
 if TYPE_CHECKING:
@@ -338,9 +339,8 @@ class LiveWrites:
 
 def _tree_leaves(tree: pygit2.Tree, top: str) -> list[tuple[str, tuple[str, int]]]:
     """(path, (blob id, mode)) of every file at or below `top` in `tree`."""
-    try:
-        obj = tree[top]
-    except KeyError:
+    obj = entry(tree, top)
+    if obj is None:
         return []
     if obj.filemode != pygit2.enums.FileMode.TREE:
         return [(top, (str(obj.id), int(obj.filemode)))]

@@ -27,6 +27,7 @@ from pygit2.errors import check_error
 
 from ._effects import MergeStrategy
 from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
+from ._gitnames import entry
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
@@ -409,9 +410,8 @@ class _ThreeWay:
 
 def _side(tree: pygit2.Tree, path: str) -> Side | None:
     """(blob id, mode) of the file at `path`; None for none (or a directory)."""
-    try:
-        e = tree[path]
-    except KeyError:
+    e = entry(tree, path)
+    if e is None:
         return None
     return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
 

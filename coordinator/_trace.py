@@ -33,6 +33,8 @@ from pygit2.submodules import SubmoduleCollection
 
 from ._effects import Effect, ScopeFork, ScopeRewind
 from ._errors import NotFound, StateError
+from ._gitnames import entry
+from ._gitnames import name as gitname
 from ._ignore import load_ignored
 from ._journal import Journal, JournalBounds
 from ._malloc import trim
@@ -373,10 +375,7 @@ class Trace:
         return str(self.commit(rev).tree_id)
 
     def entry(self, tree: pygit2.Tree, path: str) -> pygit2.Object | None:
-        try:
-            return tree[path]
-        except KeyError:
-            return None
+        return entry(tree, path)
 
     def read(self, rev: str, path: str) -> bytes:
         """The content of file `path` in `rev`: a commit (id or ref) or a tree id,
@@ -414,6 +413,7 @@ class Trace:
         repo = self.repo
         builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
         for name, new in nested.items():
+            name = gitname(name)  # builder.get and .remove keep a reference to it
             existing = builder.get(name)
             if isinstance(new, dict):
                 sub = None
@@ -561,7 +561,7 @@ class Trace:
         held, target = self.journal.ref(name)
         if held:
             return target
-        ref = self.repo.references.get(name)
+        ref = self.repo.references.get(gitname(name))
         return str(ref.target) if ref is not None else None
 
     def head(self, scope: str) -> str | None:
@@ -776,10 +776,8 @@ class Trace:
 
     @staticmethod
     def _path_id(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
-        try:
-            return tree[path].id
-        except KeyError:
-            return None
+        obj = entry(tree, path)
+        return obj.id if obj is not None else None
 
     def merge_base(self, a: str, b: str) -> str | None:
         oid = self.repo.merge_base(pygit2.Oid(hex=a), pygit2.Oid(hex=b))
