@@ -32,8 +32,6 @@ coordinator closes).
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import hashlib
 import logging
 import os
@@ -51,6 +49,7 @@ from pygit2.enums import ObjectType
 
 from ._errors import StateError
 from ._gitnames import name as gitname
+from ._malloc import trim
 from ._packfile import write_pack
 
 __all__ = ["Journal", "JournalBounds"]
@@ -438,7 +437,7 @@ class Journal:
         for gen in self._generations():
             if gen <= done[0]:
                 (self.dir / f"{gen}.log").unlink(missing_ok=True)
-        _release_free_memory()
+        trim()  # a whole generation's objects were just freed
 
     def _write_pack(self, objects: dict[str, _Object]) -> None:
         write_pack(self.git_dir, objects)
@@ -569,17 +568,6 @@ def _records(data: bytes) -> list[tuple[bytes, bytes]]:
         out.append((kind, payload))
         pos += _HEADER.size + length
     return out
-
-
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_TRIM: Callable[[int], int] | None = getattr(_LIBC, "malloc_trim", None)
-
-
-def _release_free_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc keeps them
-    otherwise): a checkpoint just freed a whole generation's objects."""
-    if _TRIM is not None:
-        _TRIM(0)
 
 
 _PACKED_HEADER = "# pack-refs with: peeled sorted\n"

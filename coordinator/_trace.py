@@ -228,6 +228,7 @@ class Trace:
         held = self._handles.get(ident)
         if held is not None and held.generation != self._generation:
             del self._handles[ident]
+            del held  # the last reference: the handle is freed before the trim
             trim()  # what that handle held goes back to the kernel, not the heap
 
     def idle(self) -> None:
@@ -256,15 +257,15 @@ class Trace:
             self._idle &= alive
             for ident in self._idle:
                 self._handles.pop(ident, None)
-        for ident, held in list(self._handles.items()):
+        for ident, loop in [(i, h.loop) for i, h in self._handles.items()]:
             if ident not in alive:
                 self._handles.pop(ident, None)
-            elif held.loop is not None:
+            elif loop is not None:
                 try:
-                    held.loop.call_soon_threadsafe(self.renew_handle)
+                    loop.call_soon_threadsafe(self.renew_handle)
                 except RuntimeError:  # that loop is closed: nothing runs on it
                     self._handles.pop(ident, None)
-        trim()  # the sealed generations and the dropped handles
+        trim()  # the sealed generations and the dropped handles (no reference left here)
 
     def start(self) -> None:
         """Checkpoint the journal in the background from now on."""
