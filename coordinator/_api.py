@@ -112,7 +112,7 @@ def _components_fit(v: str) -> str:
 
 class _Request(BaseModel):
     # Strict: `false` is not a number and `0` is not a boolean, as the schema says.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, cache_strings="keys")
 
 
 class _PathRequest(_Request):
@@ -280,7 +280,7 @@ class ReviewAnswer(_Request):
 
 
 class _Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, cache_strings="keys")
 
 
 class ErrorOut(_Response):

@@ -9,7 +9,7 @@ the trees on the way, so that leak was ~200 bytes per effect, 4 MB at 20k
 effects, which no checkpoint gives back. Interned, a name is one object however
 often it is looked up: the leak then costs the set of distinct names (paths the
 repository has, refs of live scopes), not the length of the history.
-`tests/coordinator/test_gitnames.py` shows both the leak and its bound.
+`tests/coordinator/test_memory_held.py` shows both the leak and its bound.
 """
 
 from __future__ import annotations

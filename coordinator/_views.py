@@ -31,7 +31,7 @@ _PATCH_LIMIT = 256 * 1024
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, cache_strings="keys")
 
 
 class NodeOut(_Out):

@@ -31,7 +31,7 @@ StopReason = Literal["end_turn", "tool_use", "max_tokens", "other"]
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", cache_strings="keys")
 
 
 class ToolUse(_Record):

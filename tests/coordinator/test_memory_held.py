@@ -1,6 +1,7 @@
-"""A long history costs no memory once checkpointed: names handed to pygit2's
-leaking lookups are interned (`coordinator._gitnames`), and a burst of writes
-leaves no Python object behind it."""
+"""A long history costs no memory once checkpointed or read: names handed to
+pygit2's leaking lookups are interned (`coordinator._gitnames`), a burst of
+writes leaves no Python object behind it, and neither does reading the log
+(records are decoded without pydantic's value cache)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,32 @@ async def test_a_checkpointed_burst_leaves_no_python_objects(tmp_path, sample_re
         finally:
             tracemalloc.stop()
     assert grown < 120_000, f"{grown} bytes held after 2000 checkpointed writes"
+
+
+async def test_reading_the_whole_log_keeps_nothing(tmp_path, sample_repo) -> None:
+    """Every record of a 300-effect log decoded, then dropped: nothing of them
+    stays (pydantic's default string cache kept up to 16k decoded ids and paths
+    for good, ~100 bytes per record here)."""
+    async with Coordinator.open(tmp_path / "state", repo=sample_repo) as coord:
+        logs = {}
+        for name in ("a", "b"):
+            scope = await coord.root.fork(name)
+            for i in range(300):
+                await scope.write(f"{name}/f{i}.txt", f"effect {i}\n".encode())
+            logs[name] = scope.head
+        await coord.checkpoint()
+
+        def read_all(name: str) -> int:
+            return len(coord.trace.log(logs[name]))
+
+        assert await coord.io(read_all, "a") == 301  # the fork and every write
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            assert await coord.io(read_all, "b") == 301  # records not read before
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert grown < 10_000, f"{grown} bytes held after reading 301 records"
