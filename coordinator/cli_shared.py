@@ -52,8 +52,10 @@ JsonOutOpt = Annotated[
 ]
 LegacyJsonFile = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Argument(hidden=True, metavar="", show_default=False,
-                   help="The old `--json FILE` form: the same as -o FILE."),
+    # Shown, not hidden: typer prints a hidden argument in the usage line anyway,
+    # where an empty metavar read "[]".
+    typer.Argument(metavar="JSON_FILE", show_default=False,
+                   help="The same as -o JSON_FILE (the old `--json FILE` form)."),
 ]
 
 

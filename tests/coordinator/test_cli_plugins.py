@@ -51,6 +51,17 @@ def test_help_lists_every_packages_commands() -> None:
         assert name in r.stdout
 
 
+@pytest.mark.parametrize("command", ["substrate", "soak", "server", "replay"])
+def test_a_bench_usage_line_names_every_argument(command: str) -> None:
+    """No empty `[]` in a usage line: the old `--json FILE` form's positional is
+    named and explained (a hidden argument still printed as `[]`)."""
+    r = _corral("bench", command, "--help")
+    assert r.returncode == 0, r.stderr
+    usage = r.stdout.splitlines()[0]
+    assert usage.endswith("[OPTIONS] [JSON_FILE]"), usage
+    assert "The same as -o JSON_FILE" in r.stdout
+
+
 def _broken_plugin(tmp_path: Path, target: str) -> Path:
     """A distribution on PYTHONPATH whose `corral.commands` entry point is `target`."""
     dist = tmp_path / "broken_corral_plugin-1.0.dist-info"
