@@ -12,6 +12,7 @@ from coordinator import (
     ExecOutcome,
     FsWrite,
     RewindError,
+    SandboxFailure,
     ScopeDiscarded,
     block,
 )
@@ -279,3 +280,21 @@ async def test_bad_layers_setting_is_refused(tmp_path, sample_repo, monkeypatch)
     with pytest.raises(StateError, match="CORRAL_LAYERS"):
         async with Coordinator.open(tmp_path / "s", sample_repo):
             pass
+
+
+@pytest.mark.root
+async def test_a_fork_whose_workspace_cannot_be_made_leaves_nothing(tmp_path, sample_repo):
+    """The workspace, its tree and the fork's commit are one step: when the workspace
+    cannot be made, fork raises SandboxFailure, no fork is recorded and the name stays
+    free; the same fork succeeds once the cause is gone."""
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend="overlay") as coord:
+        backend = coord.backend
+        blocker = backend._state / "U" / format(int(backend._next_id(), 16) + 1, "x")
+        blocker.write_text("in the way of the next workspace's upper layer")
+        with pytest.raises(SandboxFailure, match="could not fork 'root'"):
+            await coord.root.fork("alice")
+        assert "alice" not in coord.scopes
+        assert not [r for r in coord.trace.repo.references if r.endswith("/alice")]
+        blocker.unlink()
+        alice = await coord.root.fork("alice")
+        assert [e.kind for e in coord.log(alice)] == ["scope.fork"]
