@@ -298,3 +298,21 @@ async def test_a_fork_whose_workspace_cannot_be_made_leaves_nothing(tmp_path, sa
         blocker.unlink()
         alice = await coord.root.fork("alice")
         assert [e.kind for e in coord.log(alice)] == ["scope.fork"]
+
+
+async def test_exec_changes_land_whether_few_and_small_or_many_and_large(
+        tmp_path, sample_repo, backend):
+    """A command's changes land in the scope and its commit alike whether they are a few
+    small files (copied in on the loop) or many, or large (copied in on a thread)."""
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
+        a = await coord.root.fork("a")
+        r = await a.exec(["sh", "-c", "echo small > s.txt; rm docs/guide.md"])
+        assert r.ok and [c.path for c in r.outcome.changes] == ["docs/guide.md", "s.txt"]
+        big = "head -c 200000 /dev/zero | tr '\\0' x > big.txt; " \
+              "for i in 1 2 3 4 5 6; do echo $i > many$i.txt; done"
+        r = await a.exec(["sh", "-c", big])
+        assert r.ok and len(r.outcome.changes) == 7
+        for path, data in [("s.txt", b"small\n"), ("big.txt", b"x" * 200000),
+                           ("many6.txt", b"6\n")]:
+            assert (a.path / path).read_bytes() == data == coord.trace.read(a.head, path)
+        assert not (a.path / "docs/guide.md").exists()
