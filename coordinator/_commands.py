@@ -4,9 +4,11 @@ copied into the workspace only when that review allows them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from sandboxes import TreeTooDeep, Workspace, apply_changes, check_hidden
+from sandboxes import ExecResult, TreeTooDeep, Workspace, apply_changes, check_hidden
 
 from ._effect_path import ActInput, Done, Refused
 from ._effects import Exec, ExecOutcome, FileChange
@@ -14,6 +16,9 @@ from ._errors import ExecError, PathError, SandboxFailure
 from ._ignore import split_ignored, store_ignored
 from ._paths import check_path
 from ._runtime import Runtime
+
+if TYPE_CHECKING:
+    from ._trace import Trace
 
 __all__ = ["exec_intent", "run_command"]
 
@@ -46,54 +51,29 @@ async def run_command(rt: Runtime, workspace: Workspace, given: ActInput) -> Don
     intent = given.intent
     assert isinstance(intent, Exec)
     trace = rt.trace
-    try:
-        # the env of the intent as decided: a policy may have rewritten it
-        run = await rt.io(
-            workspace.run,
-            list(intent.argv),
-            timeout=intent.timeout,
-            env=intent.env,
-            network=intent.network,
-            limits=rt.exec_limits,
-            toolchain=rt.toolchain,
-        )
-    except TreeTooDeep as e:
-        # the command ran, but what it made cannot be recorded (nor even scanned)
-        raise PathError(f"the command made a directory tree too deep to record, so "
-                        f"none of its changes are applied: {e}", cause=e) from e
-    except Exception as e:
-        raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
 
-    def store() -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
-        for c in run.changes:  # what git cannot record is not applied either
-            try:
-                check_path(c.path)
-            except PathError as e:
-                raise PathError(f"the command wrote a path that cannot be recorded, so "
-                                f"none of its changes are applied: {e}", cause=e) from e
-        files = [
-            FileChange(
-                path=c.path,
-                blob=trace.write_blob(c.data) if c.data is not None else None,
-                mode=c.mode,
+    def run_and_store() -> tuple[ExecResult, ExecOutcome, list[FileChange], list[FileChange]]:
+        # One thread hop for the run and its record: the blobs of its output and
+        # files are written as soon as it ends, before the second review.
+        try:
+            # the env of the intent as decided: a policy may have rewritten it
+            run = workspace.run(
+                list(intent.argv),
+                timeout=intent.timeout,
+                env=intent.env,
+                network=intent.network,
+                limits=rt.exec_limits,
+                toolchain=rt.toolchain,
             )
-            for c in run.changes
-        ]
-        tracked, ignored = split_ignored(trace, given.head, files)
-        outcome = ExecOutcome(
-            returncode=run.returncode,
-            stdout=trace.write_blob(run.stdout),
-            stderr=trace.write_blob(run.stderr),
-            timed_out=run.timed_out,
-            duration_s=round(run.duration_s, 6),
-            changes=tuple(tracked),
-            ignored=tuple(c.path for c in ignored),
-            truncated=run.truncated,
-            ignored_files=store_ignored(trace, ignored),
-        )
-        return outcome, tracked, files
+        except TreeTooDeep as e:
+            # the command ran, but what it made cannot be recorded (nor even scanned)
+            raise PathError(f"the command made a directory tree too deep to record, so "
+                            f"none of its changes are applied: {e}", cause=e) from e
+        except Exception as e:
+            raise SandboxFailure(f"could not run {intent.argv[0]!r}: {e}", cause=e) from e
+        return run, *_store(trace, given.head, run)
 
-    outcome, tracked, files = await rt.io(store)
+    run, outcome, tracked, files = await rt.io(run_and_store)
     if files:
         # The second review: the command's file changes, before they land.
         reviewed = intent.model_copy(update={"changes": tuple(files)})
@@ -101,5 +81,49 @@ async def run_command(rt: Runtime, workspace: Workspace, given: ActInput) -> Don
         outcome = outcome.model_copy(update={"review": decision})
         if not decision.allowed:
             return Refused(decision, outcome, reviewed)
-        await rt.io(lambda: apply_changes(workspace.backing, list(run.changes)))
+        land = functools.partial(apply_changes, workspace.backing, list(run.changes))
+        if len(run.changes) <= _INLINE_FILES and \
+                sum(len(c.data or b"") for c in run.changes) <= _INLINE_BYTES:
+            land()  # a few small files: quicker here than the round trip to a thread
+        else:
+            await rt.io(land)
     return outcome, {c.path: (c.blob, c.mode) if c.blob else None for c in tracked}
+
+
+_INLINE_FILES = 4
+_INLINE_BYTES = 64 * 1024
+"""Changes up to this many files and bytes are written on the event loop's thread."""
+
+
+def _store(trace: Trace, head: str, run: ExecResult
+           ) -> tuple[ExecOutcome, list[FileChange], list[FileChange]]:
+    """The outcome of `run` (output and file blobs written), its tracked changes
+    (by the ignore rules of `head`'s tree) and all its changes. Raises PathError
+    when a changed path cannot be recorded."""
+    for c in run.changes:  # what git cannot record is not applied either
+        try:
+            check_path(c.path)
+        except PathError as e:
+            raise PathError(f"the command wrote a path that cannot be recorded, so "
+                            f"none of its changes are applied: {e}", cause=e) from e
+    files = [
+        FileChange(
+            path=c.path,
+            blob=trace.write_blob(c.data) if c.data is not None else None,
+            mode=c.mode,
+        )
+        for c in run.changes
+    ]
+    tracked, ignored = split_ignored(trace, head, files)
+    outcome = ExecOutcome(
+        returncode=run.returncode,
+        stdout=trace.write_blob(run.stdout),
+        stderr=trace.write_blob(run.stderr),
+        timed_out=run.timed_out,
+        duration_s=round(run.duration_s, 6),
+        changes=tuple(tracked),
+        ignored=tuple(c.path for c in ignored),
+        truncated=run.truncated,
+        ignored_files=store_ignored(trace, ignored),
+    )
+    return outcome, tracked, files

@@ -49,6 +49,79 @@ def _split_lines(data: bytes) -> list[bytes]:
     return out
 
 
+class _Image:
+    """A file as the hunks applied so far leave it, kept as the original bytes and
+    the replacements made (a 3,000-line file is not split into lines per hunk).
+
+    Line numbers are git's: the image's, with the earlier hunks applied. Every line
+    a hunk's body gives ends with '\\n', so a hunk's lines match the image's iff
+    their bytes do, and only the original's last line can lack its newline.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        """Lines in the image now."""
+        self.delta = 0
+        """Lines the replacements added (negative: removed)."""
+        self.floor = 0
+        """Lines before this were written by an earlier hunk (git's LINE_PATCHED)."""
+        self._at = (0, 0)
+        """(original line, its byte offset): where the next search for a line starts."""
+        self._done = 0
+        """Original bytes before this are in `_out`."""
+        self._out: list[bytes] = []
+
+    def _offset(self, line: int) -> int:
+        """The byte offset of original line `line` (at or after `_at`)."""
+        at, offset = self._at
+        data = self.data
+        while at < line:
+            # whole blocks of lines at a time, then line by line in the last one
+            end = offset + _BLOCK
+            if end < len(data):
+                n = data.count(b"\n", offset, end)
+                if n < line - at:
+                    at, offset = at + n, end
+                    continue
+            while at < line:
+                found = data.find(b"\n", offset)
+                offset = len(data) if found < 0 else found + 1
+                at += 1
+        self._at = (at, offset)
+        return offset
+
+    def replace(self, pos: int, pre: list[bytes], post: list[bytes], *, at_start: bool,
+                at_end: bool) -> bool:
+        """Replace the image's lines `pre` at line `pos` by `post`, where git applies
+        the hunk first; False when git would look elsewhere (the caller declines)."""
+        end = pos + len(pre)
+        if pos < self.floor or end > self.lines:
+            return False
+        if (at_start and pos != 0) or (at_end and end != self.lines):
+            return False
+        if end == self.lines and self.lines and not self.data.endswith(b"\n"):
+            return False  # lines added after a last line without its newline
+        # Lines from `floor` on are the original's, `delta` lines further down.
+        start = self._offset(pos - self.delta)
+        stop = self._offset(end - self.delta)
+        if self.data[start:stop] != b"".join(pre):
+            return False
+        self._out += (self.data[self._done:start], *post)
+        self._done = stop
+        self.delta += len(post) - len(pre)
+        self.lines += len(post) - len(pre)
+        self.floor = pos + len(post)
+        return True
+
+    def result(self) -> bytes:
+        return b"".join((*self._out, self.data[self._done:]))
+
+
+_BLOCK = 4096
+"""Bytes of the original counted at once when looking for a line (~100 lines)."""
+
+
 def _name(line: bytes, prefix: bytes) -> bytes | None:
     """The path of a `--- a/p` / `+++ b/p` line (`prefix` is b'--- a/' or b'+++ b/')."""
     if not line.startswith(prefix) or not line.endswith(b"\n"):
@@ -108,8 +181,7 @@ def apply_quick(
             return None
         if mode_line is not None and int(mode_line, 8) != mode:
             return None  # git would take the index line's mode (with a warning)
-        image = _split_lines(data)
-        floor = 0  # lines before this were written by an earlier hunk (LINE_PATCHED)
+        edited = _Image(data)
         hunks = 0
         while i < len(lines) and lines[i].startswith(b"@@ -"):
             header = _HUNK.match(lines[i])
@@ -151,18 +223,12 @@ def apply_quick(
             pos = new_start - 1 if new_start else 0
             at_start = old_start == 0 or (old_start == 1 and not unidiff_zero)
             at_end = not unidiff_zero and trailing == 0
-            if pos < floor or pos + len(pre) > len(image) or image[pos:pos + len(pre)] != pre:
+            if not edited.replace(pos, pre, post, at_start=at_start, at_end=at_end):
                 return None
-            if (at_start and pos != 0) or (at_end and pos + len(pre) != len(image)):
-                return None
-            if pos + len(pre) == len(image) and image and not image[-1].endswith(b"\n"):
-                return None  # lines added after a last line without its newline
-            image[pos:pos + len(pre)] = post
-            floor = pos + len(post)
             hunks += 1
         if not hunks:
             return None
-        result = b"".join(image)
+        result = edited.result()
         if not result:
             return None  # an emptied file may be taken as a deletion
         if result != data:

@@ -200,15 +200,29 @@ class Scope:
                 self._reads_done.set_result(None)
                 self._reads_done = None
 
-    async def _fork_workspace(self, name: str) -> Workspace:
-        """`workspace.fork(name)`, with reads held off while it remounts."""
+    async def _fork_workspace(self, name: str, then: Callable[[], T]) -> tuple[Workspace, T]:
+        """`workspace.fork(name)`, with reads held off while it remounts, and `then()`
+        in the same thread hop (the workspace is discarded if it raises). Raises
+        SandboxFailure when the workspace cannot be forked."""
         loop = asyncio.get_running_loop()
         self._remounting = loop.create_future()
+
+        def fork() -> tuple[Workspace, T]:
+            try:
+                ws = self.workspace.fork(name)
+            except Exception as e:
+                raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
+            try:
+                return ws, then()
+            except BaseException:
+                ws.discard()
+                raise
+
         try:
             while self._thread_reads:
                 self._reads_done = self._reads_done or loop.create_future()
                 await asyncio.shield(self._reads_done)
-            return await self.runtime.io(self.workspace.fork, name)
+            return await self.runtime.io(fork)
         finally:
             self._remounting.set_result(None)
             self._remounting = None
@@ -460,10 +474,6 @@ class Scope:
                 if not await rt.io(trace.is_ancestor, at, head):
                     raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
             with rt.metrics.timed("fork"):
-                try:
-                    ws = await self._fork_workspace(name)
-                except Exception as e:
-                    raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
                 start = at or head
                 intent = ScopeFork(child=name, parent=self.name, at=start, backend=rt.backend)
                 effect = Effect(
@@ -476,8 +486,9 @@ class Scope:
                     decision=Decision(verdict="allow"),
                     outcome=NoOutcome(),
                 )
-                tree = await rt.io(lambda: str(trace.commit(start).tree_id))
-                sha = await rt.io(trace.commit_effect, effect, tree, [start])
+                # The workspace, the tree and the commit in one thread hop (three before).
+                ws, sha = await self._fork_workspace(name, lambda: trace.commit_effect(
+                    effect, str(trace.commit(start).tree_id), [start]))
                 child = Scope(rt, name, ws, sha, sha, self.name, 1)
                 if start != head:
                     # The workspace forked at the parent's head: take it back to `at`.

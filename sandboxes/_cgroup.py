@@ -75,19 +75,18 @@ class CommandGroup:
             return None
         _sweep_once(parents)
         name = f"corral-exec-{os.getpid()}-{next(_serial)}"
+        settings = {
+            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
+            "memory.max": memory, "memory.swap.max": 0, "pids.max": processes,
+        }
         dirs: list[Path] = []
         try:
             for parent in parents:
                 d = parent / name
                 d.mkdir()
                 dirs.append(d)
-                settings = {
-                    "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
-                    "memory.max": memory, "memory.swap.max": 0, "pids.max": processes,
-                }
-                for knob, value in settings.items():
-                    if (d / knob).exists():
-                        (d / knob).write_text(str(value))
+                for knob in _knobs(parent, d):
+                    _write(d / knob, settings[knob])
         except OSError:
             cls(dirs).close()
             return None
@@ -102,21 +101,57 @@ class CommandGroup:
 
     def close(self) -> None:
         """Remove the group; its processes are gone with the sandbox's pid namespace
-        (a few retries while the kernel finishes tearing it down)."""
+        (retried while the kernel finishes tearing it down)."""
         for d in self.dirs:
             # Up to ~2 s: under load the kernel can take that long to release a pids
-            # group after its namespace ends (0.5 s left some behind at load 8).
-            for _ in range(200):
+            # group after its namespace ends (0.5 s left some behind at load 8). Most
+            # groups are free within a millisecond of the command's end (the
+            # namespace's last process is still being reaped): the first waits are
+            # short, and only a slow teardown waits up to 10 ms at a time.
+            deadline = time.monotonic() + _CLOSE_WAIT
+            pause = 0.0002
+            while True:
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    if time.monotonic() > deadline:
+                        break
                     with contextlib.suppress(OSError):
                         for pid in (d / "cgroup.procs").read_text().split():
                             os.kill(int(pid), 9)
-                    time.sleep(0.01)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.01)
+
+
+_CLOSE_WAIT = 2.0
+"""Seconds `close` keeps trying to remove a group before leaving it (to the sweep)."""
+
+_KNOBS = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max",
+          "memory.swap.max", "pids.max")
+
+
+_knobs_of: dict[Path, tuple[str, ...]] = {}
+
+
+def _knobs(parent: Path, group: Path) -> tuple[str, ...]:
+    """The limit files a new group under `parent` has: asked of the first `group`
+    made there (every group below one parent has the same controllers' files), so
+    later opens write them without a stat per knob."""
+    knobs = _knobs_of.get(parent)
+    if knobs is None:
+        knobs = _knobs_of[parent] = tuple(k for k in _KNOBS if (group / k).exists())
+    return knobs
+
+
+def _write(path: Path, value: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
 
 
 _swept = False

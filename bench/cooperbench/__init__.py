@@ -19,7 +19,7 @@ from ._census import CensusRow, census_pair, compare_with_report
 from ._dataset import Feature, Pair, Task, load_tasks, mini_suite, select_pairs, test_command
 from ._env import Environment, Unsupported, base_repo, prepare_env
 from ._evaluate import Grade, grade_merged, grade_solo
-from ._lab import Lab, MergeRun, TestRun, parse_results
+from ._lab import Lab, LabSteps, MergeRun, TestRun, parse_results
 from ._patches import is_test_path, split_diff, strip_tests
 from ._records import FORMAT_VERSION, FeatureResult, PairResult, Timings
 from ._run import RunSpec, plan, run
@@ -37,6 +37,7 @@ __all__ = [
     "Grade",
     "Job",
     "Lab",
+    "LabSteps",
     "MergeRun",
     "ModelAgent",
     "OracleAgent",

@@ -13,7 +13,7 @@ solo:   one patch, tested against each feature's tests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -25,14 +25,15 @@ __all__ = ["Grade", "Workbench", "TestRunner", "grade_merged", "grade_solo"]
 
 
 class Workbench(Protocol):
-    """Where a pair is graded: the stock-git `Lab`, or `ScopeLab` (Corral scopes)."""
+    """Where a pair is graded: `ScopeLab` (Corral scopes, on the bench's event loop),
+    or the stock-git `Lab` as `LabSteps` (each git step on a thread)."""
 
-    def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun: ...
+    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun: ...
 
-    def normalize(self, patch: str) -> str: ...
+    async def normalize(self, patch: str) -> str: ...
 
 
-TestRunner = Callable[[Workbench, str | None, int], TestRun]
+TestRunner = Callable[[Workbench, str | None, int], Awaitable[TestRun]]
 """(lab, feature patch, feature id) -> the feature's test run on base + that patch."""
 
 _TAIL = 1500
@@ -81,16 +82,16 @@ class _Clock:
         self.grade = grade
         self._run = run
 
-    def test(self, lab: Workbench, patch: str | None, fid: int, label: str) -> TestRun:
+    async def test(self, lab: Workbench, patch: str | None, fid: int, label: str) -> TestRun:
         t = time.perf_counter()
-        r = self._run(lab, patch, fid)
+        r = await self._run(lab, patch, fid)
         self.grade.test_seconds += time.perf_counter() - t
         self.grade.command_seconds += r.command_seconds
         self.grade.outputs[label] = r.output
         return r
 
 
-def grade_merged(
+async def grade_merged(
     lab: Workbench,
     f1: int,
     f2: int,
@@ -110,15 +111,16 @@ def grade_merged(
     clock = _Clock(grade, run_tests)
     t = time.perf_counter()
     if p1 and p2 and p1 == p2:
-        merged = lab.normalize(p1)
+        merged = await lab.normalize(p1)
         grade.merge_seconds = time.perf_counter() - t
         grade.merge_status, grade.strategy, grade.apply = "identical", "identical", (
             "applied", "applied")
         grade.merged_diff = merged
-        r1, r2 = clock.test(lab, merged, f1, "f1"), clock.test(lab, merged, f2, "f2")
+        r1 = await clock.test(lab, merged, f1, "f1")
+        r2 = await clock.test(lab, merged, f2, "f2")
         grade.features = (feature_result(f1, r1), feature_result(f2, r2))
         return grade
-    m = lab.merge(p1, p2, union=policy == "union")
+    m = await lab.merge(p1, p2, union=policy == "union")
     grade.apply = (m.apply1, m.apply2)
     if "failed" in (m.apply1, m.apply2):
         status: MergeStatus = "missing_input"
@@ -139,7 +141,8 @@ def grade_merged(
         merged = strip_tests(sanitize(corral_diff)) if policy == "corral" and corral_diff \
             else (m.diff if policy != "corral" else "")
         grade.merged_diff = merged
-        r1, r2 = clock.test(lab, merged, f1, "f1"), clock.test(lab, merged, f2, "f2")
+        r1 = await clock.test(lab, merged, f1, "f1")
+        r2 = await clock.test(lab, merged, f2, "f2")
         grade.features = (feature_result(f1, r1), feature_result(f2, r2))
         return grade
     why = {"missing_input": "a patch did not apply", "conflicts": "merge conflict"}[status]
@@ -148,9 +151,9 @@ def grade_merged(
     results = [feature_result(f1, None, why), feature_result(f2, None, why)]
     if m.apply1 == "applied":
         # The lead fallback: agent1's patch alone, against both suites.
-        s1 = clock.test(lab, p1, f1, "lead-f1")
+        s1 = await clock.test(lab, p1, f1, "lead-f1")
         if s1.passed:
-            s2 = clock.test(lab, p1, f2, "lead-f2")
+            s2 = await clock.test(lab, p1, f2, "lead-f2")
             if s2.passed:
                 results = [feature_result(f1, s1), feature_result(f2, s2)]
                 grade.strategy = "solo-agent1"
@@ -158,13 +161,15 @@ def grade_merged(
     return grade
 
 
-def grade_solo(lab: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner) -> Grade:
+async def grade_solo(lab: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner
+                     ) -> Grade:
     """Grade a solo patch: tested against each feature's tests."""
     p = strip_tests(sanitize(patch or ""))
     grade = Grade((FeatureResult(id=f1, passed=False), FeatureResult(id=f2, passed=False)),
                   "solo", "solo")
     clock = _Clock(grade, run_tests)
-    r1, r2 = clock.test(lab, p, f1, "f1"), clock.test(lab, p, f2, "f2")
+    r1 = await clock.test(lab, p, f1, "f1")
+    r2 = await clock.test(lab, p, f2, "f2")
     grade.features = (feature_result(f1, r1), feature_result(f2, r2))
     grade.merged_diff = p
     return grade

@@ -7,6 +7,7 @@ Every step is a real `git` command; nothing here knows about Corral.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Lab", "MergeRun", "TestRun", "git", "parse_results"]
+__all__ = ["Lab", "LabSteps", "MergeRun", "TestRun", "git", "parse_results"]
 
 ApplyStatus = Literal["applied", "skipped", "failed"]
 
@@ -247,6 +248,25 @@ class Lab:
         tp, tf = parse_results(output)
         return TestRun(r2.returncode == 0 and tp > 0, r2.returncode, tp, tf, output,
                        now - started, False, now - began)
+
+
+class LabSteps:
+    """A `Lab` as the grading rules use a workbench (`_evaluate.Workbench`): each of its
+    blocking git steps awaited on a thread."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+
+    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+        return await asyncio.to_thread(self.lab.merge, patch1, patch2, union=union)
+
+    async def normalize(self, patch: str) -> str:
+        return await asyncio.to_thread(self.lab.normalize, patch)
+
+    async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                        env: dict[str, str], timeout: float) -> TestRun:
+        return await asyncio.to_thread(self.lab.run_tests, feature_patch, tests_patch,
+                                       command, env, timeout)
 
 
 def _text(b: bytes | str | None) -> str:

@@ -115,7 +115,7 @@ async def run_unit(
         await _work(cfg, bench, pair, setting, agent, run, prefix)
         for merge in merges:
             lab = ScopeLab(bench, prefix if merge == "-" else f"{prefix}.{merge}", run.states)
-            grade = await asyncio.to_thread(_grade, cfg, task, pair, setting, merge, lab, run)
+            grade = await _grade(cfg, task, pair, setting, merge, lab, run)
             grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
     except Exception as e:
         error = e
@@ -181,17 +181,18 @@ async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
         run.timings["merge"] += time.perf_counter() - t
 
 
-def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
-           lab: ScopeLab, run: _Run) -> Grade:
-    def run_tests(lab: Any, patch: str | None, fid: int) -> TestRun:
-        return lab.run_tests(patch, task.features[fid].tests,  # type: ignore[no-any-return]
-                             task.test_command, None, cfg.test_timeout)
+async def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
+                 lab: ScopeLab, run: _Run) -> Grade:
+    async def run_tests(lab: Any, patch: str | None, fid: int) -> TestRun:
+        return await lab.run_tests(  # type: ignore[no-any-return]
+            patch, task.features[fid].tests, task.test_command, None, cfg.test_timeout)
 
     if setting == "solo":
-        return grade_solo(lab, pair.f1, pair.f2, run.patches["solo"], run_tests)
-    return grade_merged(lab, pair.f1, pair.f2, run.patches["agent1"], run.patches["agent2"],
-                        run_tests, policy=merge,  # type: ignore[arg-type]
-                        corral_diff=run.corral_diff)
+        return await grade_solo(lab, pair.f1, pair.f2, run.patches["solo"], run_tests)
+    return await grade_merged(lab, pair.f1, pair.f2, run.patches["agent1"],
+                              run.patches["agent2"], run_tests,
+                              policy=merge,  # type: ignore[arg-type]
+                              corral_diff=run.corral_diff)
 
 
 def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,

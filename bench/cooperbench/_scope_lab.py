@@ -13,17 +13,16 @@ with git in its container, done on a task's `TaskBench`, each an effect in the t
   --ignore-space-change`, else `--3way`), then the task's test command, in the
   environment every scope shares copy-on-write from `env`.
 
-It has the methods of the stock-git `Lab` that `grade_merged` and `grade_solo` call, so
-the same rules run on both (tests/bench/test_cooperbench_rules.py runs each case on
-both). Its methods block: call them from a thread other than the bench's event loop.
+It has the methods of the stock-git `Lab` that `grade_merged` and `grade_solo` call, as
+coroutines on the bench's event loop (the `Lab`'s through `LabSteps`), so the same rules
+run on both (tests/bench/test_cooperbench_rules.py runs each case on both). The rules run
+on the loop itself: no thread hop to and from it per step.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from coordinator import ExecOutcome, PatchError, Scope
 
@@ -32,8 +31,6 @@ from ._lab import ApplyStatus, MergeRun, TestRun, parse_results
 from ._taskbench import TaskBench
 
 __all__ = ["ScopeLab"]
-
-T = TypeVar("T")
 
 
 class ScopeLab:
@@ -49,9 +46,6 @@ class ScopeLab:
         self.scopes: list[Scope] = []
         """The scopes made here (the unit discards them when graded)."""
         self._n = 0
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.bench.loop).result()
 
     async def _fork(self, parent: Scope, what: str) -> Scope:
         self._n += 1
@@ -85,11 +79,8 @@ class ScopeLab:
         self._states[patch] = s
         return s, "applied"
 
-    def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
         """Branches agent1 and agent2, and agent1 merged into a fork of agent2."""
-        return self._call(self._merge(patch1, patch2, union))
-
-    async def _merge(self, patch1: str, patch2: str, union: bool) -> MergeRun:
         b1, a1 = await self._branch(patch1, 1)
         b2, a2 = await self._branch(patch2, 2)
         if "failed" in (a1, a2):
@@ -108,12 +99,9 @@ class ScopeLab:
         self._states[diff] = target
         return MergeRun(a1, a2, False, diff, strategy, tree=m.tree)
 
-    def normalize(self, patch: str) -> str:
+    async def normalize(self, patch: str) -> str:
         """The identical-patch path: the patch as the tree it makes diffs (unchanged
         when it does not apply)."""
-        return self._call(self._normalize(patch))
-
-    async def _normalize(self, patch: str) -> str:
         s = self._states.get(patch)
         if s is None:
             s, error = await self._apply(self.bench.env, patch, "identical")
@@ -123,15 +111,11 @@ class ScopeLab:
         self._states[diff] = s
         return diff
 
-    def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
-                  env: dict[str, str] | None, timeout: float) -> TestRun:
+    async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                        env: dict[str, str] | None, timeout: float) -> TestRun:
         """runner.sh in a scope: the state of base + `feature_patch` forked, the tests
         patch applied, the command run offline. `env` is ignored: commands get the
         bench's environment."""
-        return self._call(self._test(feature_patch, tests_patch, command, timeout))
-
-    async def _test(self, feature_patch: str | None, tests_patch: str, command: str,
-                    timeout: float) -> TestRun:
         started = time.perf_counter()
         state = self.bench.env if not feature_patch else self._states.get(feature_patch)
         if state is None:

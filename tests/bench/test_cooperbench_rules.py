@@ -8,13 +8,20 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.cooperbench import Environment, Lab, grade_merged, grade_solo, strip_tests
+from bench.cooperbench import (
+    Environment,
+    Lab,
+    LabSteps,
+    grade_merged,
+    grade_solo,
+    strip_tests,
+)
 from bench.cooperbench._dataset import Task
 from bench.cooperbench._lab import git, parse_results
 from bench.cooperbench._records import FeatureResult, PairResult
@@ -88,9 +95,9 @@ def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: P
         ) -> Iterator[Any]:
     base = git(repo, "rev-parse", "base").stdout.strip()
     if request.param == "git":
-        yield Lab.create(tmp_path / "lab", repo, base)
+        yield LabSteps(Lab.create(tmp_path / "lab", repo, base))
         return
-    # ScopeLab blocks on the bench's loop: the loop runs on its own thread.
+    # The bench's loop runs on its own thread; `_graded` runs the rules on it.
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -110,11 +117,19 @@ def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: P
 def _runner(tests: dict[int, str], command: str = COMMAND):  # type: ignore[no-untyped-def]
     env = Environment.current()
 
-    def run(lab: Any, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
-        host = env.env(lab.path) if isinstance(lab, Lab) else None
-        return lab.run_tests(patch, tests[fid], command, host, 60)
+    async def run(lab: Any, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
+        host = env.env(lab.lab.path) if isinstance(lab, LabSteps) else None
+        return await lab.run_tests(patch, tests[fid], command, host, 60)
 
     return run
+
+
+def _graded(lab: Any, rules: Coroutine[Any, Any, Any]) -> Any:
+    """The grade `rules` (grade_merged or grade_solo on `lab`) give: on the bench's loop
+    for scopes, on a loop of its own for git."""
+    if isinstance(lab, ScopeLab):
+        return asyncio.run_coroutine_threadsafe(rules, lab.bench.loop).result()
+    return asyncio.run(rules)
 
 
 def test_strip_tests_drops_test_files_of_every_language() -> None:
@@ -144,7 +159,7 @@ def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
     mul = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = grade_merged(lab, 1, 2, mul, _div(repo), _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, mul, _div(repo), _runner(tests)))
     assert (g.merge_status, g.strategy, g.apply) == ("clean", "naive", ("applied", "applied"))
     assert g.passed and all(f.tests_passed == 2 for f in g.features)
     assert "def mul" in g.merged_diff and "def div" in g.merged_diff
@@ -155,20 +170,21 @@ def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab:
     """A conflicted pair fails both features; the lead fallback counts it passed only
     when agent1's patch alone passes both suites."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests)))
     assert g.merge_status == "conflicts" and not g.passed
     assert [f.passed for f in g.features] == [False, False]
     assert "merge conflict" in g.features[1].reason
     both = _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
                         "\n\ndef div(a, b):\n    return a / b\n"})
-    g = grade_merged(lab, 1, 2, both, _div(repo), _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, both, _div(repo), _runner(tests)))
     assert g.merge_status == "conflicts" and g.strategy == "solo-agent1" and g.passed
 
 
 def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Any) -> None:
     """With merge=union (<= 0.0.15) the conflicting additions are both kept and graded."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests), policy="union")
+    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests),
+                                  policy="union"))
     assert (g.merge_status, g.strategy) == ("conflicts", "union")
     assert g.passed
 
@@ -178,7 +194,7 @@ def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Any) -> N
     bogus = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
              "@@ -1,2 +1,2 @@\n-def nothing():\n-    pass\n+def x():\n+    pass\n")
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = grade_merged(lab, 1, 2, _mul(repo), bogus, _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), bogus, _runner(tests)))
     assert g.apply == ("applied", "failed") and g.merge_status == "missing_input"
     assert not g.passed and g.features[0].reason == "a patch did not apply"
 
@@ -193,20 +209,21 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
     (repo / "calc.py").write_text(side.replace("a - b", "a - b  # sub"))
     stale = git(repo, "diff", "--full-index").stdout
     git(repo, "checkout", "-q", "-f", "main")
-    if isinstance(lab, Lab):
-        lab = Lab.create(lab.path.parent / "lab2", repo, lab.base)
-        (lab.path / ".git" / "p.patch").write_text(stale)
-        assert git(lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
+    if isinstance(lab, LabSteps):
+        lab = LabSteps(Lab.create(lab.lab.path.parent / "lab2", repo, lab.lab.base))
+        (lab.lab.path / ".git" / "p.patch").write_text(stale)
+        assert git(lab.lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
     else:  # the trace holds the blob the patch names, as it would an agent's
         trace = lab.bench.coord.trace
-        lab._call(lab.bench.coord.io(trace.write_blob, side.encode()))
+        asyncio.run_coroutine_threadsafe(lab.bench.coord.io(trace.write_blob, side.encode()),
+                                         lab.bench.loop).result()
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"),
              2: _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                              + "\n\ndef test_sub():\n    import calc, inspect\n\n"
                                "    assert '# sub' in inspect.getsource(calc.sub)\n"})}
     mul_first = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n"
                              + BASE["calc.py"]})
-    g = grade_merged(lab, 1, 2, mul_first, stale, _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, mul_first, stale, _runner(tests)))
     assert g.apply == ("applied", "applied") and g.merge_status == "clean"
     assert g.passed
 
@@ -214,10 +231,10 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
 def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Any) -> None:
     """Exit code 0 is not enough: at least one test must be counted as passed."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(2, 3) == 6")}
-    g = grade_solo(lab, 1, 2, _mul(repo), _runner(tests, "set -e\necho all good\n"))
+    g = _graded(lab, grade_solo(lab, 1, 2, _mul(repo), _runner(tests, "set -e\necho all good\n")))
     assert [f.exit_code for f in g.features] == [0, 0]
     assert not g.passed and g.features[0].reason == "no test passed"
-    g = grade_solo(lab, 1, 2, _mul(repo), _runner(tests))
+    g = _graded(lab, grade_solo(lab, 1, 2, _mul(repo), _runner(tests)))
     assert g.passed
 
 
@@ -226,7 +243,7 @@ def test_identical_patches_skip_the_merge(repo: Path, lab: Any) -> None:
     """Byte-identical stripped patches are graded once, as 'identical'."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
     with_test = _mul(repo) + _diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
-    g = grade_merged(lab, 1, 2, with_test, _mul(repo), _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, with_test, _mul(repo), _runner(tests)))
     assert (g.merge_status, g.strategy) == ("identical", "identical") and g.passed
 
 
@@ -240,7 +257,7 @@ def test_a_clean_merge_can_break_a_test(repo: Path, lab: Any) -> None:
     tests = {1: sub_test, 2: _tests(repo, "add", "add(2, 2) == 5")}
     p1 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a - b", "return add(a, -b)")})
     p2 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a + b", "return a + b + 1")})
-    g = grade_merged(lab, 1, 2, p1, p2, _runner(tests))
+    g = _graded(lab, grade_merged(lab, 1, 2, p1, p2, _runner(tests)))
     assert g.merge_status == "clean"
     assert [f.passed for f in g.features] == [False, True]
     assert "test_sub - assert 3 == 2" in g.features[0].output_tail

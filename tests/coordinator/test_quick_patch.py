@@ -192,3 +192,27 @@ def test_a_mode_on_the_index_line_must_be_the_files():
     assert b"index " in patch and b" 100755\n" in patch
     assert quick(A, patch, unidiff_zero=False, mode=0o100755) == [("d/f.py", B, 0o100755)]
     assert quick(A, patch, unidiff_zero=False, mode=0o100644) is None
+
+
+def test_hunks_far_down_a_long_file_are_git_apply():
+    """In a file of thousands of lines (the hunks are found by counting lines a block
+    at a time), each hunk applied in turn, and the whole diff, are git's result;
+    a file whose last line lacks its newline too."""
+    long_a = b"".join(b"def f%d():\n    return %d\n" % (i, i) for i in range(1500))
+    long_b = (long_a.replace(b"    return 3\n", b"    return 3  # three\n")
+              .replace(b"def f700():\n", b"def f700():\n    '''seven hundred'''\n")
+              .replace(b"def f1498():\n    return 1498\n", b""))
+    tail = b"".join(b"# %d\n" % i for i in range(8)) + b"# the end"
+    for a, b in ((long_a, long_b), (long_a + tail, long_b + tail)):
+        patch = make_diff(a, b, 3)
+        assert patch.count(b"\n@@ ") == 3
+        assert quick(a, patch, unidiff_zero=False) == [("d/f.py", git_apply(a, patch, False),
+                                                        0o100644)]
+        now = a
+        for h in patch.split(b"\n@@")[1:]:
+            bare = for_one_file("d/f.py", b"@@" + h.rstrip(b"\n") + b"\n")
+            want = git_apply(now, bare, unidiff_zero=True)
+            got = quick(now, bare, unidiff_zero=True)
+            assert got is not None and want is not None and got[0][1] == want
+            now = want
+        assert now == b

@@ -12,6 +12,7 @@ from coordinator import (
     ExecOutcome,
     FsWrite,
     RewindError,
+    SandboxFailure,
     ScopeDiscarded,
     block,
 )
@@ -279,3 +280,39 @@ async def test_bad_layers_setting_is_refused(tmp_path, sample_repo, monkeypatch)
     with pytest.raises(StateError, match="CORRAL_LAYERS"):
         async with Coordinator.open(tmp_path / "s", sample_repo):
             pass
+
+
+@pytest.mark.root
+async def test_a_fork_whose_workspace_cannot_be_made_leaves_nothing(tmp_path, sample_repo):
+    """The workspace, its tree and the fork's commit are one step: when the workspace
+    cannot be made, fork raises SandboxFailure, no fork is recorded and the name stays
+    free; the same fork succeeds once the cause is gone."""
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend="overlay") as coord:
+        backend = coord.backend
+        blocker = backend._state / "U" / format(int(backend._next_id(), 16) + 1, "x")
+        blocker.write_text("in the way of the next workspace's upper layer")
+        with pytest.raises(SandboxFailure, match="could not fork 'root'"):
+            await coord.root.fork("alice")
+        assert "alice" not in coord.scopes
+        assert not [r for r in coord.trace.repo.references if r.endswith("/alice")]
+        blocker.unlink()
+        alice = await coord.root.fork("alice")
+        assert [e.kind for e in coord.log(alice)] == ["scope.fork"]
+
+
+async def test_exec_changes_land_whether_few_and_small_or_many_and_large(
+        tmp_path, sample_repo, backend):
+    """A command's changes land in the scope and its commit alike whether they are a few
+    small files (copied in on the loop) or many, or large (copied in on a thread)."""
+    async with Coordinator.open(tmp_path / "s", sample_repo, backend=backend) as coord:
+        a = await coord.root.fork("a")
+        r = await a.exec(["sh", "-c", "echo small > s.txt; rm docs/guide.md"])
+        assert r.ok and [c.path for c in r.outcome.changes] == ["docs/guide.md", "s.txt"]
+        big = "head -c 200000 /dev/zero | tr '\\0' x > big.txt; " \
+              "for i in 1 2 3 4 5 6; do echo $i > many$i.txt; done"
+        r = await a.exec(["sh", "-c", big])
+        assert r.ok and len(r.outcome.changes) == 7
+        for path, data in [("s.txt", b"small\n"), ("big.txt", b"x" * 200000),
+                           ("many6.txt", b"6\n")]:
+            assert (a.path / path).read_bytes() == data == coord.trace.read(a.head, path)
+        assert not (a.path / "docs/guide.md").exists()
