@@ -110,7 +110,8 @@ class TaskBench:
                                     policies=[policy]) as coord:
             root_tree = coord.trace.commit(coord.root.head).tree
             rules = IgnoreRules(coord.trace.repo, root_tree)
-            snap = Snapshot(ignored=rules.ignored, exists=lambda p: p in root_tree,
+            snap = Snapshot(ignored=rules.ignored,
+                            exists=lambda p: coord.trace.entry(root_tree, p) is not None,
                             read=lambda p: _read(coord, root_tree, p))
             rec = recipe(task, snap, mini=mini)
             coord.toolchain = rec.toolchain
@@ -139,10 +140,10 @@ class TaskBench:
 
 
 def _read(coord: Coordinator, tree: pygit2.Tree, path: str) -> bytes | None:
-    try:
-        return coord.trace.repo[tree[path].id].read_raw()
-    except (KeyError, ValueError):
+    obj = coord.trace.entry(tree, path)  # not tree[path]: pygit2 keeps its key
+    if obj is None or obj.type != pygit2.enums.ObjectType.BLOB:
         return None
+    return obj.read_raw()
 
 
 def _head(repo: Path) -> str:
