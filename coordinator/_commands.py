@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from sandboxes import ExecResult, TreeTooDeep, Workspace, apply_changes, check_hidden
 
-from ._effect_path import ActInput, Done, Refused
+from ._effect_path import INLINE_BYTES, ActInput, Done, Refused
 from ._effects import Exec, ExecOutcome, FileChange
 from ._errors import ExecError, PathError, SandboxFailure
 from ._ignore import split_ignored, store_ignored
@@ -83,7 +83,7 @@ async def run_command(rt: Runtime, workspace: Workspace, given: ActInput) -> Don
             return Refused(decision, outcome, reviewed)
         land = functools.partial(apply_changes, workspace.backing, list(run.changes))
         if len(run.changes) <= _INLINE_FILES and \
-                sum(len(c.data or b"") for c in run.changes) <= _INLINE_BYTES:
+                sum(len(c.data or b"") for c in run.changes) <= INLINE_BYTES:
             land()  # a few small files: quicker here than the round trip to a thread
         else:
             await rt.io(land)
@@ -91,8 +91,8 @@ async def run_command(rt: Runtime, workspace: Workspace, given: ActInput) -> Don
 
 
 _INLINE_FILES = 4
-_INLINE_BYTES = 64 * 1024
-"""Changes up to this many files and bytes are written on the event loop's thread."""
+"""Changes up to this many files (and `INLINE_BYTES` in all) are written on the
+event loop's thread."""
 
 
 def _store(trace: Trace, head: str, run: ExecResult

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
     from ._trace import TreeChanges
 
-__all__ = ["Act", "ActInput", "Done", "EffectPath", "InThread", "Refused", "Result"]
+__all__ = ["INLINE_BYTES", "Act", "ActInput", "Done", "EffectPath", "InThread", "Refused", "Result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,11 @@ class InThread:
     """Small enough to run on the loop itself (a small file on the workspace, a
     few objects in memory, one append to the journal): under load, the hop to
     a thread and the GIL handoffs on the way back cost more than the work."""
+
+
+INLINE_BYTES = 64 * 1024
+"""Blobs, file reads and writes up to this size are done on the event loop's
+thread (see `InThread.inline`): the one threshold scopes and commands share."""
 
 
 _SETTLED = {

@@ -20,7 +20,7 @@ from sandboxes import Workspace, default_env
 from . import _file_effects as file_effects
 from . import _history as history
 from ._commands import exec_intent, run_command
-from ._effect_path import Act, ActInput, EffectPath, InThread, Result
+from ._effect_path import INLINE_BYTES, Act, ActInput, EffectPath, InThread, Result
 from ._effects import (
     Decision,
     Effect,
@@ -57,9 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["Scope"]
 
 T = TypeVar("T")
-
-_INLINE_BYTES = 64 * 1024
-"""Blobs and file reads up to this size are done on the event loop's thread."""
 
 
 class Scope:
@@ -177,7 +174,7 @@ class Scope:
             return target.read_bytes()
 
         try:
-            small = target.stat().st_size <= _INLINE_BYTES
+            small = target.stat().st_size <= INLINE_BYTES
         except FileNotFoundError:
             small = True  # read() raises the same error with its path
         # A small file is read here: the page cache answers in microseconds,
@@ -247,7 +244,7 @@ class Scope:
         trace = self.runtime.trace
         # A small blob is quicker written here than the round trip to a thread.
         blob = (
-            trace.write_blob(data) if len(data) <= _INLINE_BYTES
+            trace.write_blob(data) if len(data) <= INLINE_BYTES
             else await self.runtime.io(trace.write_blob, data)
         )
         return FsWrite(path=path, blob=blob, mode=mode)
@@ -259,7 +256,7 @@ class Scope:
         raises PathError for a bad path."""
         intent = await self.write_intent(path, data, mode=mode)
         return await self.effect_path.perform(
-            intent, InThread(self._files_act, inline=len(data) <= _INLINE_BYTES), cause=cause,
+            intent, InThread(self._files_act, inline=len(data) <= INLINE_BYTES), cause=cause,
         )
 
     async def patch(
@@ -292,7 +289,7 @@ class Scope:
             self._check_live()
             intent = await self.runtime.io(self._patch_intent, raw, path is not None, three_way)
             size = sum(1 for c in intent.changes if c.blob is not None)
-            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= _INLINE_BYTES)
+            act = InThread(self._files_act, inline=size <= 1 and len(raw) <= INLINE_BYTES)
             return await effects.run(intent, act, cause=cause)
 
     def _patch_args(self, path_or_diff: str | bytes, diff: str | bytes | None

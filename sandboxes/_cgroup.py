@@ -16,6 +16,7 @@ import functools
 import itertools
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["CommandGroup"]
@@ -85,7 +86,7 @@ class CommandGroup:
                 d = parent / name
                 d.mkdir()
                 dirs.append(d)
-                for knob in _knobs(parent, d):
+                for knob in _knobs(parent, d, settings):
                     _write(d / knob, settings[knob])
         except OSError:
             cls(dirs).close()
@@ -129,20 +130,16 @@ class CommandGroup:
 _CLOSE_WAIT = 2.0
 """Seconds `close` keeps trying to remove a group before leaving it (to the sweep)."""
 
-_KNOBS = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max",
-          "memory.swap.max", "pids.max")
-
-
 _knobs_of: dict[Path, tuple[str, ...]] = {}
 
 
-def _knobs(parent: Path, group: Path) -> tuple[str, ...]:
-    """The limit files a new group under `parent` has: asked of the first `group`
-    made there (every group below one parent has the same controllers' files), so
-    later opens write them without a stat per knob."""
+def _knobs(parent: Path, group: Path, wanted: Iterable[str]) -> tuple[str, ...]:
+    """Which of the `wanted` limit files a new group under `parent` has: asked of
+    the first `group` made there (every group below one parent has the same
+    controllers' files), so later opens write them without a stat per knob."""
     knobs = _knobs_of.get(parent)
     if knobs is None:
-        knobs = _knobs_of[parent] = tuple(k for k in _KNOBS if (group / k).exists())
+        knobs = _knobs_of[parent] = tuple(k for k in wanted if (group / k).exists())
     return knobs
 
 
