@@ -104,6 +104,16 @@ def cases(draw: st.DrawFn) -> tuple[bytes, bytes, int, bytes, str]:
 LAW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def _git_apply_or_declined(c: bytes, patch: bytes, how: str, *, unidiff_zero: bool) -> None:
+    """The quick patch of `c` either declines or gives what `git apply` gives."""
+    want = git_apply(c, patch, unidiff_zero=unidiff_zero)
+    got = quick(c, patch, unidiff_zero=unidiff_zero)
+    event(f"{how}: {'declined' if got is None else 'in process'}")
+    if got is not None:
+        assert want is not None, "accepted a patch git refuses"
+        assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
+
+
 @pytest.mark.slow
 @LAW
 @given(case=cases())
@@ -112,12 +122,7 @@ def test_a_whole_diff_is_git_apply_or_declined(case):
     patch = make_diff(a, b, context)
     if not patch:
         return
-    want = git_apply(c, patch, unidiff_zero=False)
-    got = quick(c, patch, unidiff_zero=False)
-    event(f"{how}: {'declined' if got is None else 'in process'}")
-    if got is not None:
-        assert want is not None, "accepted a patch git refuses"
-        assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
+    _git_apply_or_declined(c, patch, how, unidiff_zero=False)
 
 
 @pytest.mark.slow
@@ -130,12 +135,7 @@ def test_a_bare_hunk_is_git_apply_unidiff_zero_or_declined(case, which):
     if not hunks:
         return
     bare = for_one_file("d/f.py", b"@@" + hunks[which % len(hunks)].rstrip(b"\n") + b"\n")
-    want = git_apply(c, bare, unidiff_zero=True)
-    got = quick(c, bare, unidiff_zero=True)
-    event(f"{how}: {'declined' if got is None else 'in process'}")
-    if got is not None:
-        assert want is not None, "accepted a hunk git refuses"
-        assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
+    _git_apply_or_declined(c, bare, how, unidiff_zero=True)
 
 
 A = b"".join(b"line %d\n" % i for i in range(1, 31))
