@@ -27,7 +27,11 @@ def name(text: str) -> str:
 
 
 def entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
-    """The object at `path` (slash-separated) in `tree`; None where there is none."""
+    """The object at `path` (slash-separated) in `tree`; None where there is none.
+    A path with a NUL byte names nothing (git has none; pygit2 would cut it there
+    and find "a" for "a\\0b")."""
+    if "\0" in path:
+        return None
     try:
         return tree[sys.intern(path)]
     except KeyError:

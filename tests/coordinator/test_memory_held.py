@@ -41,6 +41,15 @@ def test_a_lookup_keeps_no_string_per_call(tmp_path) -> None:
     assert grown < 50_000, grown
 
 
+def test_a_path_with_a_nul_byte_names_nothing(tmp_path) -> None:
+    """pygit2 cuts a lookup's path at a NUL byte: "a.txt\\0x" found a.txt."""
+    repo = pygit2.Repository(str(make_repo(tmp_path / "r", {"a.txt": "x\n"})))
+    tree = repo.head.peel(pygit2.Tree)
+    assert entry(tree, "a.txt") is not None
+    assert entry(tree, "a.txt\0x") is None
+    assert entry(tree, "") is None and entry(tree, "a.txt/") is None
+
+
 def test_pygit2_still_needs_it(tmp_path) -> None:
     """Why the workaround exists: pygit2 keeps a reference to a tree lookup's
     key. When this fails, pygit2 is fixed and `_gitnames` can go."""
