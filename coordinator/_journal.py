@@ -235,9 +235,16 @@ class Journal:
                 self._wake.notify()
 
     def write_blob(self, data: bytes) -> str:
-        """Store a blob without a trip through libgit2 (no existence probes)."""
-        oid = object_id(ObjectType.BLOB, data)
-        self.add_object(oid, ObjectType.BLOB, data)
+        """Store a blob without a trip through libgit2 (see `write_object`)."""
+        return self.write_object(ObjectType.BLOB, data)
+
+    def write_object(self, type_: int, data: bytes) -> str:
+        """Store an object (raw git content of pygit2 type `type_`); returns its id.
+        Not through libgit2: its write first probes every backend for the object,
+        and a miss in the packs rescans the pack directory (a directory read per
+        object written, dearer with each checkpoint's pack)."""
+        oid = object_id(type_, data)
+        self.add_object(oid, type_, data)
         return oid
 
     def move_ref(self, name: str, oid: str | None) -> None:

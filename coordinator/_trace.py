@@ -18,6 +18,7 @@ import bisect
 import re
 import subprocess
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -97,6 +98,40 @@ def _changed_entries(
 
 
 _ENTRY_SPAN = re.compile(rb"\d+ [^\0]*\0.{20}", re.S)
+
+
+_TREE_MODES = frozenset((TREE_MODE, 0o100644, 0o100755, 0o120000, 0o160000))
+
+
+def _entry_name(name: str) -> bytes:
+    """`name` as a tree entry's bytes; ValueError for one git refuses."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if raw in (b"", b".", b"..") or b"/" in raw or b"\0" in raw or raw.lower() == b".git":
+        raise ValueError(f"invalid tree entry name {name!r}")
+    return raw
+
+
+def _tree_entry(name: bytes, mode: int, oid: bytes) -> bytes:
+    if mode not in _TREE_MODES:
+        raise ValueError(f"invalid mode {mode:o} for tree entry {name!r}")
+    return b"%o %s\0%s" % (mode, name, oid)
+
+
+def _tree_entries(raw: bytes) -> dict[bytes, bytes]:
+    """A raw tree object's entries, by name: each entry's own bytes, kept as they
+    are (an entry nobody changed is written back unchanged)."""
+    return {span[span.index(b" ") + 1:-21]: span for span in _ENTRY_SPAN.findall(raw)}
+
+
+def _is_tree(entry: bytes) -> bool:
+    return entry.startswith(b"40000 ")
+
+
+def _tree_object(entries: dict[bytes, bytes]) -> bytes:
+    """A tree object's content: its entries in git's order (a directory sorts
+    as if its name ended with '/')."""
+    return b"".join(entries[name] for name in sorted(
+        entries, key=lambda name: name + b"/" if _is_tree(entries[name]) else name))
 
 
 def _decode(entries: Iterable[bytes]) -> dict[str, tuple[bytes, int]]:
@@ -191,6 +226,8 @@ class Trace:
         self._idle_lock = threading.Lock()
         self._generation = 0
         self._clock = clock  # epoch seconds for commit times; None = the wall clock
+        if not author or author != author.strip() or any(c in author for c in "<>\n\0"):
+            raise ValueError(f"invalid author name for the trace's commits: {author!r}")
         self._author = author
         if not (path / "HEAD").exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,11 +328,6 @@ class Trace:
     def close(self) -> None:
         """Checkpoint what is left and stop the background checkpoints."""
         self.journal.close()
-
-    def _signature(self) -> pygit2.Signature:
-        if self._clock is None:
-            return pygit2.Signature(self._author, "corral@localhost")
-        return pygit2.Signature(self._author, "corral@localhost", int(self._clock()), 0)
 
     # -- snapshot -------------------------------------------------------------
 
@@ -412,8 +444,9 @@ class Trace:
 
     def build_tree(self, base: str | None, changes: TreeChanges) -> str:
         """The tree `base` with `changes` applied. Cost follows the changed paths:
-        only the directories on their way are rewritten."""
-        repo = self.repo
+        only the directories on their way are rewritten (as git tree objects
+        written here, see `_tree_object`). Raises ValueError for an entry name or
+        mode git cannot hold."""
         nested: dict[str, object] = {}
         for path, new in changes.items():
             parts = path.split("/")
@@ -425,37 +458,34 @@ class Trace:
                     node[part] = child
                 node = child
             node[parts[-1]] = new
-        base_tree = self.tree(base) if base else None
-        oid = self._build(base_tree, nested)
+        raw = self._raw_tree(self.tree(base).id.raw) if base else None
+        oid = self._build(raw, nested)
         if oid is None:
-            oid = repo.TreeBuilder().write()
-        return str(oid)
+            return self.journal.write_object(ObjectType.TREE, b"")
+        return oid.hex()
 
-    def _build(self, tree: pygit2.Tree | None, nested: dict[str, object]) -> pygit2.Oid | None:
-        repo = self.repo
-        builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+    def _build(self, raw: bytes | None, nested: dict[str, object]) -> bytes | None:
+        """The raw id of tree `raw` (its content; None: no tree) with `nested`
+        applied, written; None when it ends up empty."""
+        entries = _tree_entries(raw) if raw else {}
         for name, new in nested.items():
-            name = gitname(name)  # builder.get and .remove keep a reference to it
-            existing = builder.get(name)
+            key = _entry_name(name)
             if isinstance(new, dict):
-                sub = None
-                if existing is not None and existing.filemode == TREE_MODE:
-                    sub = repo[existing.id].peel(pygit2.Tree)
+                old = entries.get(key)
+                sub = self._raw_tree(old[-20:]) if old is not None and _is_tree(old) else None
                 oid = self._build(sub, new)
                 if oid is None:
-                    if existing is not None:
-                        builder.remove(name)
+                    entries.pop(key, None)
                 else:
-                    builder.insert(name, oid, TREE_MODE)
+                    entries[key] = _tree_entry(key, TREE_MODE, oid)
             elif new is None:
-                if existing is not None:
-                    builder.remove(name)
+                entries.pop(key, None)
             else:
                 assert isinstance(new, tuple)
-                builder.insert(name, pygit2.Oid(hex=new[0]), new[1])
-        if len(builder) == 0:
+                entries[key] = _tree_entry(key, new[1], bytes.fromhex(new[0]))
+        if not entries:
             return None
-        return builder.write()
+        return bytes.fromhex(self.journal.write_object(ObjectType.TREE, _tree_object(entries)))
 
     def diff_trees(self, old: str, new: str) -> dict[str, tuple[str, int] | None]:
         """Paths that differ from tree `old` to tree `new`: path -> (blob id, mode)
@@ -527,19 +557,28 @@ class Trace:
         """Write the commit for `effect` and move `ref` (default: the effect's
         scope) to it. Returns the commit id. The ref moves last: the effect is
         durable exactly when this returns."""
-        repo = self.repo
         message = f"{effect.summary()}\n\n{effect.model_dump_json()}\n"
-        sig = self._signature()
-        oid = repo.create_commit(
-            None, sig, sig, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
-        )
-        moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: str(oid)}
+        oid = self.write_commit(tree, parents, message)
+        moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: oid}
         if effect.kind == "scope.fork" and ref is None:
-            moves = {FORK_PREFIX + effect.scope: str(oid), **moves}
+            moves = {FORK_PREFIX + effect.scope: oid, **moves}
         if ref is None and effect.status == "materialized":
             moves = {**self._ignored_moves(effect), **moves}
         self.journal.move_refs(moves)
-        return str(oid)
+        return oid
+
+    def write_commit(self, tree: str, parents: Iterable[str], message: str) -> str:
+        """Write a commit of `tree` (author and committer: the trace's, now by its
+        clock); returns its id. The object git's commit-tree would write, built
+        here rather than by libgit2 (see `Journal.write_object`)."""
+        when = int(self._clock()) if self._clock is not None else int(time.time())
+        offset = 0 if self._clock is not None else time.localtime(when).tm_gmtoff // 60
+        sign = "-" if offset < 0 else "+"
+        who = f"{self._author} <corral@localhost> {when} {sign}{abs(offset) // 60:02d}" \
+              f"{abs(offset) % 60:02d}"
+        head = f"tree {tree}\n" + "".join(f"parent {p}\n" for p in parents)
+        text = f"{head}author {who}\ncommitter {who}\n\n{message}"
+        return self.journal.write_object(ObjectType.COMMIT, text.encode())
 
     def _ignored_moves(self, effect: Effect) -> dict[str, str | None]:
         """How `effect` moves its scope's ignored-files ref: a write or command

@@ -1,0 +1,149 @@
+"""The trace writes its trees and commits itself (not through libgit2, whose every
+object write rescans the pack directory): the objects must be the ones libgit2
+writes, byte for byte, for any tree and any change to it."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator._trace import EMPTY_TREE, TREE_MODE, Trace
+
+# Names chosen for git's ordering: a directory sorts as if its name ended in '/'
+# ('a-b' < 'a/' < 'a0'), bytes sort as unsigned ('é' after 'z').
+_NAMES = ["a", "a-b", "a.b", "a0", "ab", "b", "z", "é", "a b", "A"]
+_MODES = [0o100644, 0o100755, 0o120000]
+
+_paths = st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map("/".join)
+
+
+def _blob(trace: Trace, text: str) -> str:
+    return trace.write_blob(text.encode())
+
+
+def _reference_build(repo: pygit2.Repository, base: str | None,
+                     changes: dict[str, tuple[str, int] | None]) -> str:
+    """The tree libgit2's TreeBuilder makes of the same changes (the old way)."""
+    nested: dict[str, object] = {}
+    for path, new in changes.items():
+        parts = path.split("/")
+        node = nested
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = new
+
+    def build(tree: pygit2.Tree | None, nested: dict[str, object]) -> pygit2.Oid | None:
+        builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
+        for name, new in nested.items():
+            existing = builder.get(name)
+            if isinstance(new, dict):
+                sub = repo[existing.id].peel(pygit2.Tree) \
+                    if existing is not None and existing.filemode == TREE_MODE else None
+                oid = build(sub, new)
+                if oid is None:
+                    if existing is not None:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, oid, TREE_MODE)
+            elif new is None:
+                if existing is not None:
+                    builder.remove(name)
+            else:
+                assert isinstance(new, tuple)
+                builder.insert(name, pygit2.Oid(hex=new[0]), new[1])
+        return builder.write() if len(builder) else None
+
+    oid = build(repo[base].peel(pygit2.Tree) if base else None, nested)
+    return str(oid) if oid is not None else EMPTY_TREE
+
+
+def _without_prefix_clashes(changes: dict[str, object]) -> dict[str, object]:
+    """Drop changes under a path another change names as a file: one effect never
+    writes both `a` and `a/b`."""
+    return {p: v for p, v in changes.items()
+            if not any(p.startswith(q + "/") for q in changes if q != p)}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    t = Trace(tmp_path_factory.mktemp("objects") / "trace.git")
+    yield t
+    t.close()
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.dictionaries(_paths, st.tuples(st.text(max_size=3), st.sampled_from(_MODES)),
+                            max_size=8),
+       changes=st.dictionaries(_paths, st.none() | st.tuples(st.text(max_size=3),
+                                                             st.sampled_from(_MODES)),
+                               max_size=5))
+def test_trees_are_the_ones_libgit2_writes(trace: Trace, base, changes) -> None:
+    def as_changes(d):
+        return {p: None if v is None else (_blob(trace, v[0]), v[1])
+                for p, v in _without_prefix_clashes(d).items()}
+
+    first = as_changes(base)
+    ours_base = trace.build_tree(None, first)
+    assert ours_base == _reference_build(trace.repo, None, first)
+    second = as_changes(changes)
+    ours = trace.build_tree(ours_base, second)
+    assert ours == _reference_build(trace.repo, ours_base, second)
+    assert trace.repo[ours].type == pygit2.enums.ObjectType.TREE  # readable through libgit2
+
+
+def test_an_emptied_tree_is_the_empty_tree(trace: Trace) -> None:
+    base = trace.build_tree(None, {"d/f": (_blob(trace, "x"), 0o100644)})
+    assert trace.build_tree(base, {"d/f": None}) == EMPTY_TREE
+    assert len(trace.repo[EMPTY_TREE].peel(pygit2.Tree)) == 0
+
+
+@pytest.mark.parametrize("path", [".git/config", "a/../b", "a/./b", "d/.GIT"])
+def test_names_git_refuses_are_refused(trace: Trace, path: str) -> None:
+    with pytest.raises(ValueError):
+        trace.build_tree(None, {path: (_blob(trace, "x"), 0o100644)})
+
+
+def test_a_mode_git_cannot_hold_is_refused(trace: Trace) -> None:
+    with pytest.raises(ValueError, match="mode"):
+        trace.build_tree(None, {"f": (_blob(trace, "x"), 0o100600)})
+
+
+@pytest.mark.parametrize("parents", [0, 1, 2])
+def test_commits_are_the_ones_libgit2_writes(tmp_path: Path, parents: int) -> None:
+    clock = iter([1_700_000_000.7] * 10)
+    t = Trace(tmp_path / "trace.git", author="corral", clock=lambda: next(clock))
+    try:
+        tree = t.build_tree(None, {"f": (t.write_blob(b"x"), 0o100644)})
+        ps = [t.write_commit(tree, [], f"root {i}\n") for i in range(parents)]
+        message = "summary ✓\n\n{\"json\": true}\n"
+        ours = t.write_commit(tree, ps, message)
+        sig = pygit2.Signature("corral", "corral@localhost", 1_700_000_000, 0)
+        theirs = t.repo.create_commit(None, sig, sig, message, pygit2.Oid(hex=tree),
+                                      [pygit2.Oid(hex=p) for p in ps])
+        assert ours == str(theirs)
+        commit = t.repo[ours].peel(pygit2.Commit)
+        assert commit.message == message and [str(p) for p in commit.parent_ids] == ps
+    finally:
+        t.close()
+
+
+def test_object_ids_are_git_hashes(trace: Trace) -> None:
+    tree = trace.build_tree(None, {"f": (trace.write_blob(b"x"), 0o100644)})
+    _, data = trace.repo.odb.read(tree)
+    assert hashlib.sha1(b"tree %d\0" % len(data) + data).hexdigest() == tree
+
+
+@pytest.mark.parametrize("author", ["", " corral", "a <b>", "a\nb"])
+def test_an_author_git_cannot_write_is_refused(tmp_path: Path, author: str) -> None:
+    with pytest.raises(ValueError, match="author"):
+        Trace(tmp_path / "t.git", author=author)
