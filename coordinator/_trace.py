@@ -100,6 +100,22 @@ def _changed_entries(
 _ENTRY_SPAN = re.compile(rb"\d+ [^\0]*\0.{20}", re.S)
 
 
+def nest(changes: TreeChanges) -> dict[str, object]:
+    """`changes` by directory: {name: change, or the nested changes below it}."""
+    nested: dict[str, object] = {}
+    for path, new in changes.items():
+        parts = path.split("/")
+        node = nested
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = new
+    return nested
+
+
 _TREE_MODES = frozenset((TREE_MODE, 0o100644, 0o100755, 0o120000, 0o160000))
 
 
@@ -447,19 +463,8 @@ class Trace:
         only the directories on their way are rewritten (as git tree objects
         written here, see `_tree_object`). Raises ValueError for an entry name or
         mode git cannot hold."""
-        nested: dict[str, object] = {}
-        for path, new in changes.items():
-            parts = path.split("/")
-            node = nested
-            for part in parts[:-1]:
-                child = node.get(part)
-                if not isinstance(child, dict):
-                    child = {}
-                    node[part] = child
-                node = child
-            node[parts[-1]] = new
         raw = self._raw_tree(self.tree(base).id.raw) if base else None
-        oid = self._build(raw, nested)
+        oid = self._build(raw, nest(changes))
         if oid is None:
             return self.journal.write_object(ObjectType.TREE, b"")
         return oid.hex()

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator._trace import EMPTY_TREE, TREE_MODE, Trace
+from coordinator._trace import EMPTY_TREE, TREE_MODE, Trace, nest
 
 # Names chosen for git's ordering: a directory sorts as if its name ended in '/'
 # ('a-b' < 'a/' < 'a0'), bytes sort as unsigned ('é' after 'z').
@@ -29,17 +29,6 @@ def _blob(trace: Trace, text: str) -> str:
 def _reference_build(repo: pygit2.Repository, base: str | None,
                      changes: dict[str, tuple[str, int] | None]) -> str:
     """The tree libgit2's TreeBuilder makes of the same changes (the old way)."""
-    nested: dict[str, object] = {}
-    for path, new in changes.items():
-        parts = path.split("/")
-        node = nested
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[parts[-1]] = new
 
     def build(tree: pygit2.Tree | None, nested: dict[str, object]) -> pygit2.Oid | None:
         builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
@@ -62,7 +51,7 @@ def _reference_build(repo: pygit2.Repository, base: str | None,
                 builder.insert(name, pygit2.Oid(hex=new[0]), new[1])
         return builder.write() if len(builder) else None
 
-    oid = build(repo[base].peel(pygit2.Tree) if base else None, nested)
+    oid = build(repo[base].peel(pygit2.Tree) if base else None, nest(changes))
     return str(oid) if oid is not None else EMPTY_TREE
 
 
