@@ -38,8 +38,8 @@ from ._scratch import GitDir
 from ._trace import Trace
 
 __all__ = [
-    "PatchedFile", "apply_patch", "candidate_paths", "for_one_file", "trace_blobs",
-    "workspace_files",
+    "PatchedFile", "apply_patch", "candidate_paths", "for_one_file", "has_workspace_file",
+    "trace_blobs", "workspace_files",
 ]
 
 Preimage = Callable[[str], tuple[bytes, int] | None]
@@ -207,18 +207,31 @@ def workspace_files(root: Path) -> Preimage:
     one then fails in git, which finds no such file)."""
 
     def read(path: str) -> tuple[bytes, int] | None:
-        try:
-            target = resolve_in(root, check_path(path), follow_last=False)
-            st = target.lstat()
-        except (PathError, OSError):
+        found = _workspace_file(root, path)
+        if found is None:
             return None
+        target, st = found
         if stat.S_ISLNK(st.st_mode):
             return os.fsencode(os.readlink(target)), 0o120000
-        if not stat.S_ISREG(st.st_mode):
-            return None
         return target.read_bytes(), 0o100755 if st.st_mode & 0o111 else 0o100644
 
     return read
+
+
+def has_workspace_file(root: Path, path: str) -> bool:
+    """Whether `workspace_files(root)` finds a file at `path` (nothing read)."""
+    return _workspace_file(root, path) is not None
+
+
+def _workspace_file(root: Path, path: str) -> tuple[Path, os.stat_result] | None:
+    """The file or symlink at `path` in the workspace and its lstat; None for
+    anything else, or no valid path."""
+    try:
+        target = resolve_in(root, check_path(path), follow_last=False)
+        st = target.lstat()
+    except (PathError, OSError):
+        return None
+    return (target, st) if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode) else None
 
 
 def trace_blobs(trace: Trace) -> Callable[[str], bytes | None]:

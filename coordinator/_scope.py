@@ -46,7 +46,7 @@ from ._errors import (
 from ._events import Event
 from ._live import LiveWrites, attach_live
 from ._merge import MergeResult, Resolver
-from ._patch import for_one_file, workspace_files
+from ._patch import for_one_file, has_workspace_file
 from ._paths import check_path, check_scope_name, resolve_in
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, TreeChanges
 from ._view import ScopeInfo
@@ -282,7 +282,7 @@ class Scope:
         self._check_live()
         path, raw = self._patch_args(path_or_diff, diff)
         if path is not None and b"\n--- /dev/null" not in b"\n" + raw \
-                and workspace_files(self.workspace.backing)(path) is None:
+                and not has_workspace_file(self.workspace.backing, path):
             raise FileNotFoundError(f"no file {path!r} in scope {self.name!r}")
         effects = self.effect_path
         async with effects.lock:

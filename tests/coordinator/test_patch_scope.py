@@ -118,6 +118,8 @@ async def test_one_file_form_honours_counts_and_names(tmp_path, repo):
             await a.patch("src/b.py", "@@ -1,2 +1,2 @@\n nope\n-B2\n+x\n")
         with pytest.raises(FileNotFoundError):
             await a.patch("missing.py", "@@ -1 +1 @@\n-a\n+b\n")
+        with pytest.raises(FileNotFoundError):  # a directory is no file to patch
+            await a.patch("src", "@@ -1 +1 @@\n-a\n+b\n")
         assert a.head == head
 
 
