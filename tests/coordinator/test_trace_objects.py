@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator._trace import EMPTY_TREE, TREE_MODE, Trace, nest
+from tests.conftest import git, make_repo
 
 # Names chosen for git's ordering: a directory sorts as if its name ended in '/'
 # ('a-b' < 'a/' < 'a0'), bytes sort as unsigned ('é' after 'z').
@@ -136,3 +137,25 @@ def test_object_ids_are_git_hashes(trace: Trace) -> None:
 def test_an_author_git_cannot_write_is_refused(tmp_path: Path, author: str) -> None:
     with pytest.raises(ValueError, match="author"):
         Trace(tmp_path / "t.git", author=author)
+
+
+def test_a_tree_git_wrote_is_rebuilt_to_the_same_id(tmp_path: Path, trace: Trace) -> None:
+    """git's own tree (names on both sides of 'a/' in git's order, an executable, a
+    symlink, a submodule) rebuilt from its file listing has git's id."""
+    files = {"a/x": "1", "a-b/y": "2", "a0": "3", "a.b": "4", "ab/c/d": "5", "run.sh": "6",
+             "é/z": "7", "z": "8"}
+    repo = make_repo(tmp_path / "repo", files)
+    (repo / "run.sh").chmod(0o755)
+    (repo / "link").symlink_to("a0")
+    git(repo, "add", "-A")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},sub")
+    git(repo, "commit", "-qm", "odd entries")
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    listing = {}
+    for line in git(repo, "ls-tree", "-r", "-z", "HEAD").split("\0"):
+        if line:
+            meta, path = line.split("\t", 1)
+            mode, _, oid = meta.split()
+            listing[path] = (oid, int(mode, 8))
+    assert {m for _, m in listing.values()} == {0o100644, 0o100755, 0o120000, 0o160000}
+    assert trace.build_tree(None, listing) == tree
