@@ -310,7 +310,7 @@ class EffectPath:
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
-            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes)
+            t = tree or trace.build_tree(trace.commit_tree(head), changes)
             sha = trace.commit_effect(
                 effect, t, parents if parents is not None else [head], ref=act.ref
             )
@@ -337,7 +337,7 @@ class EffectPath:
         head = self.head
 
         def commit() -> str:
-            t = tree or trace.build_tree(str(trace.commit(head).tree_id), changes or {})
+            t = tree or trace.build_tree(trace.commit_tree(head), changes or {})
             return trace.commit_effect(effect, t, parents if parents is not None else [head])
 
         sha = await self.rt.io(commit)

@@ -103,7 +103,7 @@ def split_ignored(
     trace: Trace, head: str, changes: Sequence[FileChange]
 ) -> tuple[list[FileChange], list[FileChange]]:
     """`changes` split into (tracked, ignored) by the ignore rules of `head`'s tree."""
-    rules = IgnoreRules(trace.repo, trace.commit(head).tree)
+    rules = IgnoreRules(trace.repo, trace.tree(trace.commit_tree(head)))
     tracked: list[FileChange] = []
     ignored: list[FileChange] = []
     for c in changes:

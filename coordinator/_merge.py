@@ -232,9 +232,9 @@ class _ThreeWay:
         self.trace, self.strategy, self.provenance = trace, strategy, provenance
         self.base_commit, self.ours_commit, self.theirs_commit = (
             base_commit, ours_commit, theirs_commit)
-        self.base_tree = str(trace.commit(base_commit).tree_id)
-        self.ours_tree = str(trace.commit(ours_commit).tree_id)
-        self.theirs_tree = str(trace.commit(theirs_commit).tree_id)
+        self.base_tree = trace.commit_tree(base_commit)
+        self.ours_tree = trace.commit_tree(ours_commit)
+        self.theirs_tree = trace.commit_tree(theirs_commit)
         self.d_ours = trace.diff_trees(self.base_tree, self.ours_tree)
         self.d_theirs = trace.diff_trees(self.base_tree, self.theirs_tree)
         if only is not None:

@@ -485,7 +485,7 @@ class Scope:
                 )
                 # The workspace, the tree and the commit in one thread hop (three before).
                 ws, sha = await self._fork_workspace(name, lambda: trace.commit_effect(
-                    effect, str(trace.commit(start).tree_id), [start]))
+                    effect, trace.commit_tree(start), [start]))
                 child = Scope(rt, name, ws, sha, sha, self.name, 1)
                 if start != head:
                     # The workspace forked at the parent's head: take it back to `at`.

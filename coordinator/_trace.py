@@ -260,6 +260,8 @@ class Trace:
             repo.config["gc.pruneExpire"] = "never"
             repo.config["core.logAllRefUpdates"] = True
         self._packed_cache: tuple[tuple[int, int, int], list[str]] | None = None
+        self._trees: dict[str, str] = {}
+        """Commit id -> tree id of the commits written since the last checkpoint."""
         self.journal = Journal(path, writable=writable, bounds=journal)
         self.journal.on_packed = self._renew_handles
 
@@ -324,6 +326,7 @@ class Trace:
         when it is between jobs (`idle`), else at its next job; handles of
         threads that are gone are dropped at once."""
         self._generation += 1
+        self._trees = {}  # what a checkpoint packed is looked up again
         alive = {t.ident for t in threading.enumerate()}
         with self._idle_lock:
             self._idle &= alive
@@ -437,7 +440,16 @@ class Trace:
         return self.repo[oid].peel(pygit2.Tree)
 
     def tree_of(self, commit: str) -> pygit2.Tree:
-        return self.commit(commit).tree
+        return self.tree(self.commit_tree(commit))
+
+    def commit_tree(self, commit: str) -> str:
+        """The tree id of `commit` (an id, full or abbreviated, or a ref). The
+        commits this trace wrote since its last checkpoint are remembered: each
+        effect asks for its head's tree, and a commit lookup is ~0.1 ms."""
+        tree = self._trees.get(commit)
+        if tree is None:
+            tree = str(self.commit(commit).tree_id)
+        return tree
 
     def tree_id(self, rev: str) -> str:
         """The tree that `rev` names: a tree id as it is, a commit id (full or
@@ -596,7 +608,9 @@ class Trace:
               f"{abs(offset) % 60:02d}"
         head = f"tree {tree}\n" + "".join(f"parent {p}\n" for p in parents)
         text = f"{head}author {who}\ncommitter {who}\n\n{message}"
-        return self.journal.write_object(ObjectType.COMMIT, text.encode())
+        oid = self.journal.write_object(ObjectType.COMMIT, text.encode())
+        self._trees[oid] = tree
+        return oid
 
     def _ignored_moves(self, effect: Effect) -> dict[str, str | None]:
         """How `effect` moves its scope's ignored-files ref: a write or command

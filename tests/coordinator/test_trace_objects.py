@@ -159,3 +159,11 @@ def test_a_tree_git_wrote_is_rebuilt_to_the_same_id(tmp_path: Path, trace: Trace
             listing[path] = (oid, int(mode, 8))
     assert {m for _, m in listing.values()} == {0o100644, 0o100755, 0o120000, 0o160000}
     assert trace.build_tree(None, listing) == tree
+
+
+def test_a_commits_tree_is_known_before_and_after_a_checkpoint(trace: Trace) -> None:
+    tree = trace.build_tree(None, {"f": (trace.write_blob(b"k"), 0o100644)})
+    commit = trace.write_commit(tree, [], "remembered\n")
+    assert trace.commit_tree(commit) == tree == trace.commit_tree(commit[:12])
+    trace.checkpoint()
+    assert trace.commit_tree(commit) == tree
