@@ -242,7 +242,7 @@ class Journal:
         """Store an object (raw git content of pygit2 type `type_`); returns its id.
         Not through libgit2: its write first probes every backend for the object,
         and a miss in the packs rescans the pack directory (a directory read per
-        object written, dearer with each checkpoint's pack)."""
+        object written, ~0.4 ms a commit)."""
         oid = object_id(type_, data)
         self.add_object(oid, type_, data)
         return oid
