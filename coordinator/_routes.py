@@ -55,7 +55,7 @@ from ._openapi import Query, Route
 from ._policy import ScopeInfo
 from ._scope import Scope
 from ._streams import events, reviewers
-from ._trace import TraceEntry
+from ._trace import TraceEntry, is_object_id
 
 __all__ = ["ROUTES"]
 
@@ -411,7 +411,7 @@ async def blob(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
     Tokens.require_admin(who)
     oid = request.match_info["id"]
-    if not all(c in "0123456789abcdef" for c in oid) or len(oid) != 40:
+    if not is_object_id(oid):
         raise BadRequest(f"{oid!r} is not a full hex blob id")
     data = await hub.c.io(hub.c.trace.blob, oid)
     return _json(BlobOut(id=oid, content_b64=b64(data)))

@@ -42,7 +42,7 @@ from ._malloc import trim
 
 __all__ = [
     "ARCHIVE_PREFIX", "FORK_PREFIX", "IGNORED_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace",
-    "TraceEntry", "TreeChanges",
+    "TraceEntry", "TreeChanges", "is_object_id",
 ]
 
 SCOPE_PREFIX = "refs/corral/scopes/"
@@ -78,8 +78,9 @@ class TraceEntry:
 _HEX = frozenset("0123456789abcdef")
 
 
-def _is_hex(text: str) -> bool:
-    return _HEX.issuperset(text)
+def is_object_id(text: str) -> bool:
+    """Whether `text` is a full git object id (40 lowercase hex digits)."""
+    return len(text) == 40 and _HEX.issuperset(text)
 
 
 _ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
@@ -424,7 +425,7 @@ class Trace:
                 raise NotFound(f"unknown commit {rev!r}")
             rev = target
         try:
-            if len(rev) == 40 and _is_hex(rev):
+            if is_object_id(rev):
                 # A full id, as nearly every caller gives: a direct lookup. revparse
                 # first tries it as a ref name (refs/<id>, refs/tags/<id>, ...),
                 # ~0.15 ms of file system lookups per call.

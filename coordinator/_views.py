@@ -22,7 +22,7 @@ from ._auth import Forbidden, Tokens
 from ._effects import Effect, Message, ModelOutcome
 from ._hub import HUB
 from ._openapi import Query, Route
-from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
+from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry, is_object_id
 
 __all__ = ["VIEW_ROUTES", "diff_of", "graph_of", "proposed_of", "tokens_of"]
 
@@ -357,7 +357,7 @@ async def proposed(request: web.Request) -> web.Response:
         raise BadRequest("give the path the intent writes")
     if "\x00" in path or path.startswith("/") or ".." in path.split("/"):
         raise BadRequest(f"{path!r} is not a relative path inside the workspace")
-    if blob is not None and (len(blob) != 40 or any(c not in "0123456789abcdef" for c in blob)):
+    if blob is not None and not is_object_id(blob):
         raise BadRequest(f"{blob!r} is not a full hex blob id")
     return _json(await hub.c.io(proposed_of, hub.c.trace, request.match_info["commit"], path,
                                 blob))
