@@ -482,7 +482,7 @@ class Trace:
         only the directories on their way are rewritten (as git tree objects
         written here, see `_tree_object`). Raises ValueError for an entry name or
         mode git cannot hold."""
-        raw = self._raw_tree(self.tree(base).id.raw) if base else None
+        raw = self._base_tree(base) if base else None
         oid = self._build(raw, nest(changes))
         if oid is None:
             return self.journal.write_object(ObjectType.TREE, b"")
@@ -557,6 +557,16 @@ class Trace:
                 out[path] = (now[0].hex(), now[1])
             elif was is not None and not was_dir:
                 out[path] = None
+
+    def _base_tree(self, base: str) -> bytes:
+        """The content of tree `base` (a tree id, as every effect gives, read once;
+        or anything `tree` takes)."""
+        if is_object_id(base):
+            held = self.journal.get(base)
+            kind, data = held if held is not None else self.repo.odb.read(base)
+            if kind == ObjectType.TREE:
+                return data
+        return self._raw_tree(self.tree(base).id.raw)
 
     def _raw_tree(self, oid: bytes) -> bytes:
         kind, data = self.repo.odb.read(pygit2.Oid(raw=oid))
