@@ -167,3 +167,31 @@ def test_a_commits_tree_is_known_before_and_after_a_checkpoint(trace: Trace) -> 
     assert trace.commit_tree(commit) == tree == trace.commit_tree(commit[:12])
     trace.checkpoint()
     assert trace.commit_tree(commit) == tree
+
+
+async def test_git_fsck_strict_finds_nothing_wrong_in_a_trace(tmp_path: Path) -> None:
+    """Attack: what `git fsck --strict` thinks of the trees and commits Corral
+    wrote itself — writes on both sides of git's 'a/' ordering, a file turned
+    into a directory, a deletion, a symlink and an executable from a command,
+    a merge commit — once checkpointed into a pack."""
+    import subprocess
+
+    from coordinator import Coordinator
+
+    repo = make_repo(tmp_path / "repo", {"a/x": "1\n", "b": "2\n"})
+    state = tmp_path / "state"
+    async with Coordinator.open(state, repo=repo) as coord:
+        a = await coord.root.fork("a")
+        b = await coord.root.fork("b")
+        for path in ("a-b", "a0", "a.b", "a/y", "é/z"):
+            await a.write(path, b"w\n")
+        await a.delete("b")
+        await a.write("b/inner", b"now a directory\n")
+        await b.exec(["bash", "-c", "ln -s a0 link && printf '#!/bin/sh\\n' > run && "
+                      "chmod +x run"])
+        assert (await a.merge(b)).tree is not None
+        await coord.checkpoint()
+    done = subprocess.run(["git", "--git-dir", str(state / "trace.git"), "fsck", "--strict",
+                           "--no-dangling"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr and "warning" not in done.stderr, done.stderr
