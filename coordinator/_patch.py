@@ -33,7 +33,7 @@ from pygit2.enums import FileMode, ObjectType
 
 from ._errors import PatchError, PathError
 from ._paths import check_path, resolve_in
-from ._quick_patch import apply_quick
+from ._quick_patch import Refusal, apply_quick
 from ._scratch import GitDir
 from ._trace import Trace
 
@@ -157,6 +157,8 @@ def apply_patch(
     if not three_way:
         # Most patches (an agent's hunk, a gold patch's) need no git process.
         quick = apply_quick(diff, preimage, unidiff_zero=unidiff_zero)
+        if isinstance(quick, Refusal):
+            raise PatchError(_message(quick.message()))
         if quick is not None:
             return [PatchedFile(path, data, mode) for path, data, mode in quick]
     with GitDir() as git:

@@ -16,22 +16,45 @@ context must match at the end; a hunk may not touch lines an earlier hunk
 wrote (`LINE_PATCHED`). When all of that holds at the first place git tries,
 git applies it there, so the result is git's.
 
+The first hunk of a file (nothing patched yet, no constraint to match at the
+beginning or the end) may also be found at an offset, in `find_pos`'s order:
+the nearest line to its stated one, the later of two equally near. That is
+every hunk an agent sends alone whose line numbers are off (a second feature's
+hunk after the first feature moved its lines, a model's miscount). Found
+nowhere, in a patch of one file, it is git's refusal (`Refusal`, git's words).
+
 What it declines (None): `--3way` (git then tries a merge first), new,
 deleted, renamed, copied or binary files, mode lines, `\\ No newline` markers,
-a hunk elsewhere than its stated line (git searches for an offset), counts
-that do not match the body, anything but hunks after the header, paths that
-need quoting, empty files or results, NUL bytes.
+a later hunk elsewhere than its stated line (git searches for an offset with
+the lines earlier hunks wrote excluded), counts that do not match the body,
+anything but hunks after the header, paths that need quoting, empty files or
+results, NUL bytes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["QuickFile", "apply_quick"]
+__all__ = ["QuickFile", "Refusal", "apply_quick"]
 
 QuickFile = tuple[str, bytes, int]
 """(path, new content, mode)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """git refuses the patch: the first hunk of its one file (old start `line`)
+    matches nowhere in the file."""
+
+    path: str
+    line: int
+
+    def message(self) -> bytes:
+        """What `git apply` prints."""
+        return (f"error: patch failed: {self.path}:{self.line}\n"
+                f"error: {self.path}: patch does not apply\n").encode()
 
 _SAFE_PATH = re.compile(rb"[A-Za-z0-9_.+@=,-]+(?:/[A-Za-z0-9_.+@=,-]+)*")
 _HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -92,9 +115,10 @@ class _Image:
         return offset
 
     def replace(self, pos: int, pre: list[bytes], post: list[bytes], *, at_start: bool,
-                at_end: bool) -> bool:
+                at_end: bool) -> bool | None:
         """Replace the image's lines `pre` at line `pos` by `post`, where git applies
-        the hunk first; False when git would look elsewhere (the caller declines)."""
+        the hunk (see the module's doc); False when git would look elsewhere (the
+        caller declines), None when git's search for a first hunk finds it nowhere."""
         end = pos + len(pre)
         if pos < self.floor or end > self.lines:
             return False
@@ -105,14 +129,40 @@ class _Image:
         # Lines from `floor` on are the original's, `delta` lines further down.
         start = self._offset(pos - self.delta)
         stop = self._offset(end - self.delta)
-        if self.data[start:stop] != b"".join(pre):
-            return False
+        want = b"".join(pre)
+        if self.data[start:stop] != want:
+            if at_start or at_end or self._out or not want:
+                return False
+            found = self._nearest(want, pos)
+            if found is None:
+                return None
+            pos, start = found
+            stop = start + len(want)
+            self._at = (pos + len(pre), stop)
         self._out += (self.data[self._done:start], *post)
         self._done = stop
         self.delta += len(post) - len(pre)
         self.lines += len(post) - len(pre)
         self.floor = pos + len(post)
         return True
+
+    def _nearest(self, want: bytes, line: int) -> tuple[int, int] | None:
+        """Where git's `find_pos` finds `want` (whole lines) in the unpatched image
+        when not at `line`: (line, byte offset) of the nearest occurrence, the later
+        of two equally near; None when there is none."""
+        data, best = self.data, None
+        n = counted = 0  # newlines before `counted`
+        at = data.find(want)
+        while at >= 0:
+            if at == 0 or data[at - 1] == 0x0A:  # at a line's start
+                n += data.count(b"\n", counted, at)
+                counted = at
+                key = (abs(n - line), n < line)
+                if best is not None and key >= best[0]:
+                    break  # every later occurrence is farther still
+                best = (key, n, at)
+            at = data.find(want, at + 1)
+        return None if best is None else (best[1], best[2])
 
     def result(self) -> bytes:
         return b"".join((*self._out, self.data[self._done:]))
@@ -135,9 +185,10 @@ def apply_quick(
     preimage: Callable[[str], tuple[bytes, int] | None],
     *,
     unidiff_zero: bool,
-) -> list[QuickFile] | None:
+) -> list[QuickFile] | Refusal | None:
     """The files `diff` changes (sorted by path) when it is the common case above
-    and applies exactly; None to let git decide (including every refusal)."""
+    and applies exactly, git's refusal when its one file's first hunk matches
+    nowhere; None to let git decide (every other refusal included)."""
     if b"\0" in diff:
         return None
     lines = _split_lines(diff)
@@ -145,6 +196,7 @@ def apply_quick(
         return None
     i, seen = 0, set()
     out: list[QuickFile] = []
+    refusal: Refusal | None = None
     while i < len(lines):
         mode_line: bytes | None = None
         if lines[i].startswith(b"diff --git "):
@@ -223,14 +275,23 @@ def apply_quick(
             pos = new_start - 1 if new_start else 0
             at_start = old_start == 0 or (old_start == 1 and not unidiff_zero)
             at_end = not unidiff_zero and trailing == 0
-            if not edited.replace(pos, pre, post, at_start=at_start, at_end=at_end):
-                return None
+            if refusal is None:  # git stops at the first hunk that fails
+                placed = edited.replace(pos, pre, post, at_start=at_start, at_end=at_end)
+                if placed is None:
+                    refusal = Refusal(path, old_start)
+                elif not placed:
+                    return None
             hunks += 1
         if not hunks:
             return None
+        if refusal is not None:
+            continue
         result = edited.result()
         if not result:
             return None  # an emptied file may be taken as a deletion
         if result != data:
             out.append((path, result, mode))
+    if refusal is not None:
+        # git checks every file of a patch and reports each failure: one file only
+        return refusal if len(seen) == 1 else None
     return sorted(out) if seen else None

@@ -11,6 +11,7 @@ common cases (else the speed-up is gone while every law still holds).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from coordinator._errors import PatchError
 from coordinator._patch import apply_patch, for_one_file
-from coordinator._quick_patch import apply_quick
+from coordinator._quick_patch import Refusal, apply_quick
 from tests.conftest import GIT_ENV
 
 
@@ -51,17 +53,23 @@ def make_diff(a: bytes, b: bytes, context: int, mode: int = 0o100644) -> bytes:
 
 def git_apply(c: bytes, patch: bytes, unidiff_zero: bool) -> bytes | None:
     """What `git apply` leaves in d/f.py of a worktree holding `c`, or None."""
+    return git_apply_or_why(c, patch, unidiff_zero)[0]
+
+
+def git_apply_or_why(c: bytes, patch: bytes, unidiff_zero: bool) -> tuple[bytes | None, bytes]:
+    """What `git apply` leaves in d/f.py of a worktree holding `c` (None when it
+    refuses) and what it printed on stderr."""
     with tempfile.TemporaryDirectory() as tmp:
         repo = _repo(Path(tmp))
         f = repo / "d" / "f.py"
         f.parent.mkdir()
         f.write_bytes(c)
         done = _git(repo, "apply", *(["--unidiff-zero"] if unidiff_zero else []), input=patch)
-        return f.read_bytes() if done.returncode == 0 else None
+        return (f.read_bytes() if done.returncode == 0 else None), done.stderr
 
 
 def quick(c: bytes, patch: bytes, unidiff_zero: bool, mode: int = 0o100644
-          ) -> list[tuple[str, bytes, int]] | None:
+          ) -> list[tuple[str, bytes, int]] | Refusal | None:
     return apply_quick(patch, lambda p: (c, mode) if p == "d/f.py" else None,
                        unidiff_zero=unidiff_zero)
 
@@ -94,8 +102,11 @@ def cases(draw: st.DrawFn) -> tuple[bytes, bytes, int, bytes, str]:
     a = draw(text)
     b = draw(edited(a))
     context = draw(st.sampled_from([0, 1, 3, 3]))
-    how = draw(st.sampled_from(["same", "same", "same", "shifted", "changed", "no-eol"]))
-    c = {"same": a, "shifted": b"top\n" + a, "no-eol": a.rstrip(b"\n")}.get(how)
+    how = draw(st.sampled_from(["same", "same", "same", "shifted", "shifted", "dropped",
+                                "changed", "no-eol"]))
+    top = b"".join(draw(st.lists(st.sampled_from(LINES), min_size=1, max_size=4)))
+    c = {"same": a, "shifted": top + a, "dropped": a[a.find(b"\n") + 1:],
+         "no-eol": a.rstrip(b"\n")}.get(how)
     if c is None:
         c = draw(edited(a))
     return a, b, context, c, how
@@ -105,11 +116,16 @@ LAW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChec
 
 
 def _git_apply_or_declined(c: bytes, patch: bytes, how: str, *, unidiff_zero: bool) -> None:
-    """The quick patch of `c` either declines or gives what `git apply` gives."""
-    want = git_apply(c, patch, unidiff_zero=unidiff_zero)
+    """The quick patch of `c` either declines or gives what `git apply` gives: the
+    same file, or the same refusal in git's words."""
+    want, why = git_apply_or_why(c, patch, unidiff_zero=unidiff_zero)
     got = quick(c, patch, unidiff_zero=unidiff_zero)
-    event(f"{how}: {'declined' if got is None else 'in process'}")
-    if got is not None:
+    event(f"{how}: " + ("declined" if got is None else "refused" if isinstance(got, Refusal)
+                        else "in process"))
+    if isinstance(got, Refusal):
+        assert want is None, "refused a patch git applies"
+        assert got.message() == why
+    elif got is not None:
         assert want is not None, "accepted a patch git refuses"
         assert got == ([("d/f.py", want, 0o100644)] if want != c else [])
 
@@ -185,6 +201,40 @@ def test_what_git_must_decide_is_declined(why):
     if why == "offset":
         files = apply_patch(patch, lambda p: (c, 0o100644) if p == "d/f.py" else None)
         assert files[0].data == B.replace(b"line 10\n", b"line 10\nmore\n")
+
+
+def test_a_first_hunk_off_its_line_is_found_where_git_finds_it():
+    """The first hunk of a file, its lines moved up or down (another feature's hunk
+    applied first), is placed where git's search places it: the nearest match, the
+    later of two equally near. Its line numbers only tell git where to start."""
+    hunk = b"@@ -9,3 +9,4 @@\n line 9\n line 10\n+new 10\n line 11\n"
+    bare = for_one_file("d/f.py", hunk)
+    for c in (b"top\n" * 5 + A, A[A.index(b"line 4\n"):], A.replace(b"line 20\n", b"")):
+        want = git_apply(c, bare, unidiff_zero=True)
+        assert want is not None
+        assert quick(c, bare, unidiff_zero=True) == [("d/f.py", want, 0o100644)]
+    # the context twice, 3 lines above and 3 below its stated line: git takes the later
+    twice = b"".join(b"l%d\n" % i for i in range(1, 6)) + b"line 9\nline 10\nline 11\n" \
+        + b"x\n" * 3 + b"line 9\nline 10\nline 11\n" + b"y\n" * 5
+    hunk = b"@@ -9,3 +9,4 @@\n line 9\n line 10\n+new 10\n line 11\n"
+    bare = for_one_file("d/f.py", hunk)
+    want = git_apply(twice, bare, unidiff_zero=True)
+    assert want is not None and want.index(b"new 10") > twice.index(b"x\n")
+    assert quick(twice, bare, unidiff_zero=True) == [("d/f.py", want, 0o100644)]
+    # no match anywhere: git's refusal, in git's words, with no git process
+    ten = A.replace(b"line 10\n", b"ten\n")
+    refused = quick(ten, bare, unidiff_zero=True)
+    assert refused == Refusal("d/f.py", 9)
+    assert git_apply_or_why(ten, bare, unidiff_zero=True) == (None, refused.message())
+    with pytest.raises(PatchError, match=re.escape("patch failed: d/f.py:9; d/f.py: patch does")):
+        apply_patch(bare, lambda p: (ten, 0o100644) if p == "d/f.py" else None,
+                    unidiff_zero=True)
+    # in a patch of two files git reports each file's failure: that is git's to say
+    two = b"".join(b"diff --git a/%s b/%s\n" % (n, n) + for_one_file(n.decode(), hunk)
+                   for n in (b"d/f.py", b"e.py"))
+    assert apply_quick(two, lambda p: (ten, 0o100644), unidiff_zero=True) is None
+    assert isinstance(apply_quick(two.split(b"diff --git a/e.py")[0], lambda p: (ten, 0o100644),
+                                  unidiff_zero=True), Refusal)
 
 
 def test_a_mode_on_the_index_line_must_be_the_files():
