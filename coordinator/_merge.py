@@ -30,7 +30,8 @@ from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, set
 from ._gitnames import entry
 from ._trace import Trace
 
-__all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "three_way"]
+__all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "merge_texts",
+           "three_way"]
 
 ConflictKind = Literal[
     "content", "modify/delete", "add/add", "file/directory", "binary", "rename/rename",
@@ -151,6 +152,47 @@ def merge_file(
         return _FileMerge(bool(result.automergeable), contents, int(result.mode))
     finally:
         C.git_merge_file_result_free(result)
+
+
+class _Texts(pygit2.OdbBackend):
+    """Objects in memory only: the three texts of one `merge_texts`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[str, tuple[int, bytes]] = {}
+
+    def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        return self.objects[str(oid)]
+
+    def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
+        type_, data = self.objects[str(oid)]
+        return type_, len(data)
+
+    def exists_cb(self, oid: pygit2.Oid) -> bool:
+        return str(oid) in self.objects
+
+    def write_cb(self, oid: pygit2.Oid, data: bytes, type_: int) -> None:
+        self.objects[str(oid)] = (type_, data)
+
+    def refresh_cb(self) -> None:
+        pass
+
+
+def merge_texts(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
+    """`git merge-file -p ours base theirs` in process: the merged text, or None
+    when it conflicts. Both are xdiff's merge with Myers diffs; git's level
+    (ZEALOUS_ALNUM) only joins conflicts libgit2's (ZEALOUS) keeps apart, so the
+    verdict and a clean text are the same (tests/coordinator/test_merge_texts.py).
+    A process, three temp files and git's start cost ~3 ms; this, ~1 ms for
+    100 KB texts."""
+    odb = pygit2.Odb()
+    odb.add_backend(_Texts(), 1)
+    repo = pygit2.Repository()
+    repo.set_odb(odb)
+    ids = [(str(odb.write(pygit2.enums.ObjectType.BLOB, t)), 0o100644)
+           for t in (base, ours, theirs)]
+    merged = merge_file(repo, "file", ids[0], ids[1], ids[2])
+    return merged.contents if merged.automergeable else None
 
 
 def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:

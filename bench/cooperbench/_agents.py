@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from coordinator import Coordinator, PatchError, Result, Scope
+from coordinator._merge import merge_texts
 
 from ._dataset import Feature
-from ._patches import apply_hunk_exact, git_merge_file, hunk_delta, shift_hunk, split_diff
+from ._patches import apply_hunk_exact, hunk_delta, shift_hunk, split_diff
 
 __all__ = [
     "Agent",
@@ -187,17 +188,12 @@ async def _apply_three_way(scope: Scope, step: Step, base: bytes) -> Result:
     theirs = apply_hunk_exact(base.decode(), step.base_hunk or step.hunk)
     if theirs is None:
         raise PatchError(f"hunk of {step.path} does not apply to the base file either")
-    merged = await asyncio.to_thread(_merge_file, await scope.read(step.path), base,
+    # `git merge-file -p`, in process
+    merged = await asyncio.to_thread(merge_texts, await scope.read(step.path), base,
                                      theirs.encode())
     if merged is None:
         raise PatchError(f"hunk of {step.path} conflicts with the file's changes (3-way)")
     return await scope.write(step.path, merged)
-
-
-def _merge_file(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
-    """`git merge-file -p`: the merged content, or None on a conflict."""
-    r = git_merge_file(ours, base, theirs)
-    return r.stdout if r.returncode == 0 else None
 
 
 class OracleAgent:
