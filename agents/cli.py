@@ -25,6 +25,7 @@ from coordinator.cli_shared import (
     err,
     fail,
     json_target,
+    print_error,
 )
 
 __all__ = ["app", "register"]
@@ -120,7 +121,7 @@ def run_cmd(
     emit_json(report.as_dict(), json_flag, json_out)
     if not report.ok:
         for message in report.errors:
-            err.print(f"[red]error:[/] {message}")
+            print_error(message)
         raise typer.Exit(1)
 
 

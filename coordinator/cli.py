@@ -25,7 +25,7 @@ from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
 from ._malloc import one_arena
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
-from .cli_shared import BackendOpt, console, err, fail
+from .cli_shared import BackendOpt, console, err, fail, print_error
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -359,7 +359,7 @@ def main() -> None:
     try:
         app()
     except CorralError as e:
-        err.print(f"[red]error:[/] {e}")
+        print_error(e)
         sys.exit(1)
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "err",
     "fail",
     "json_target",
+    "print_error",
     "show_report",
 ]
 
@@ -34,9 +36,15 @@ console = Console()
 err = Console(stderr=True)
 
 
+def print_error(message: object) -> None:
+    """`error: message` on stderr, as written: one line however long (a path is not
+    broken at the console's width, so logs grep) and no markup read in it."""
+    err.print(f"[red]error:[/] {escape(str(message))}", soft_wrap=True, highlight=False)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print `error: message` on stderr and exit with `code`."""
-    err.print(f"[red]error:[/] {message}")
+    print_error(message)
     raise typer.Exit(code)
 
 

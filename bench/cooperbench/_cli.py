@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from coordinator.cli_shared import print_error
+
 from ._agents import AgentOptions
 from ._census import CensusRow, census_pair, compare_with_report
 from ._dataset import mini_suite
@@ -286,7 +288,7 @@ def legacy_json(args: list[str]) -> list[str]:
 
 
 def _fail(message: str) -> None:
-    err.print(f"[red]error:[/] {message}")
+    print_error(message)
     raise typer.Exit(2)
 
 

@@ -167,3 +167,13 @@ def test_errors_speak_the_command_lines_language(tmp_path: Path) -> None:
     message = " ".join(proc.stderr.split())
     assert proc.returncode == 1, proc.stderr
     assert "--repo on the command line" in message and "Traceback" not in proc.stderr
+
+
+def test_an_error_is_one_line_as_written_however_long_its_path(tmp_path: Path) -> None:
+    """An error naming a long path is one line (not broken at the console's 80
+    columns, so a log greps), and brackets in it are text, not console markup."""
+    state = tmp_path / ("[bold]not-markup" + "-x" * 60)
+    done = subprocess.run([*CORRAL, "trace", "log", "--state", str(state)],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"error: {state} is not a Corral state directory (no trace.git)\n" in done.stderr
