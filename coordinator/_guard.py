@@ -143,23 +143,25 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
     o = (change.blob, change.mode) if change.blob else None
     if o == t or o == anc:
         return ""
-    writer = trace.last_writer(theirs_head, base, path)
-    who = _who(trace, writer, theirs)
+
+    def who() -> str:  # only a conflict's reason names it (a history walk and a read)
+        return _who(trace, trace.last_writer(theirs_head, base, path), theirs)
+
     if o is None or t is None:
         verb = "deleted" if t is None else "changed"
-        return f"{path} was {verb} by {who}; your {'delete' if o is None else 'write'} conflicts"
+        return f"{path} was {verb} by {who()}; your {'delete' if o is None else 'write'} conflicts"
     # As the merge will: the writer's own `.gitattributes` name the driver.
     driver = merge_driver(trace.repo, ours_head, trace.tree_of(ours_head), path)
     if driver == "binary":
-        return f"{path} (merged as binary) was changed by {who}; your write conflicts"
+        return f"{path} (merged as binary) was changed by {who()}; your write conflicts"
     merged = merge_file(trace.repo, path, anc, o, t)
     if merged.automergeable or (driver == "union" and not _is_binary(trace, o, t)):
         return ""  # union keeps both sides' lines: text never conflicts
     hunks = parse_hunks(merged.contents)
     if hunks:
         spans = ", ".join(f"{h.ours_start}-{h.ours_end}" for h in hunks)
-        return f"lines {spans} of {path} conflict with changes by {who}"
-    return f"{path} conflicts with changes by {who}"
+        return f"lines {spans} of {path} conflict with changes by {who()}"
+    return f"{path} conflicts with changes by {who()}"
 
 
 def _is_binary(trace: Trace, *sides: tuple[str, int]) -> bool:
