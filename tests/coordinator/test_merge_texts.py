@@ -12,26 +12,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from coordinator._merge import merge_texts
+from tests.text_edits import edited
 
 LINES = [b"a\n", b"b\n", b"\n", b"def f():\n", b"    return 1\n", b"}\n", b"x\r\n", b"# c\n"]
 text = st.lists(st.sampled_from(LINES), min_size=0, max_size=16).map(b"".join)
-
-
-@st.composite
-def edited(draw: st.DrawFn, data: bytes) -> bytes:
-    lines = data.splitlines(keepends=True)
-    for _ in range(draw(st.integers(0, 4))):
-        at = draw(st.integers(0, len(lines)))
-        new = draw(st.sampled_from([b"X\n", b"Y\n", b"\n", b"a\n", b"}\n"]))
-        what = draw(st.sampled_from(["insert", "replace", "delete"]))
-        if what == "insert" or at == len(lines):
-            lines.insert(at, new)
-        elif what == "replace":
-            lines[at] = new
-        else:
-            del lines[at]
-    out = b"".join(lines)
-    return out.rstrip(b"\n") if draw(st.integers(0, 7)) == 0 else out
 
 
 def git_merge_file(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
@@ -48,7 +32,12 @@ def git_merge_file(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
 @st.composite
 def triples(draw: st.DrawFn) -> tuple[bytes, bytes, bytes]:
     base = draw(text)
-    return draw(edited(base)), base, draw(edited(base))
+
+    def edit() -> bytes:
+        return draw(edited(base, min_edits=0, new=[b"X\n", b"Y\n", b"\n", b"a\n", b"}\n"],
+                           keep_a_line=False, no_eol_one_in=8))
+
+    return edit(), base, edit()
 
 
 @pytest.mark.slow

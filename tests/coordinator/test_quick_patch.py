@@ -24,6 +24,7 @@ from coordinator._errors import PatchError
 from coordinator._patch import apply_patch, for_one_file
 from coordinator._quick_patch import Refusal, apply_quick
 from tests.conftest import GIT_ENV
+from tests.text_edits import edited
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -76,25 +77,6 @@ def quick(c: bytes, patch: bytes, unidiff_zero: bool, mode: int = 0o100644
 
 LINES = [b"a\n", b"b\n", b"\n", b"def f():\n", b"    return 1\n", b"x\r\n", b"  \n"]
 text = st.lists(st.sampled_from(LINES), min_size=1, max_size=14).map(b"".join)
-
-
-@st.composite
-def edited(draw: st.DrawFn, data: bytes) -> bytes:
-    lines = data.splitlines(keepends=True)
-    for _ in range(draw(st.integers(1, 4))):
-        at = draw(st.integers(0, len(lines)))
-        new = draw(st.sampled_from([b"X\n", b"Y\n", b"\n", b"a\n"]))
-        what = draw(st.sampled_from(["insert", "replace", "delete"]))
-        if what == "insert" or at == len(lines):
-            lines.insert(at, new)
-        elif what == "replace":
-            lines[at] = new
-        elif len(lines) > 1:
-            del lines[at]
-    out = b"".join(lines)
-    if draw(st.integers(0, 6)) == 0:
-        out = out.rstrip(b"\n")
-    return out
 
 
 @st.composite
