@@ -133,7 +133,7 @@ class _Image:
         if self.data[start:stop] != want:
             if at_start or at_end or self._out or not want:
                 return False
-            found = self._nearest(want, pos)
+            found = self._nearest(want, pos, start)
             if found is None:
                 return None
             pos, start = found
@@ -146,23 +146,24 @@ class _Image:
         self.floor = pos + len(post)
         return True
 
-    def _nearest(self, want: bytes, line: int) -> tuple[int, int] | None:
+    def _nearest(self, want: bytes, line: int, offset: int) -> tuple[int, int] | None:
         """Where git's `find_pos` finds `want` (whole lines) in the unpatched image
-        when not at `line`: (line, byte offset) of the nearest occurrence, the later
-        of two equally near; None when there is none."""
-        data, best = self.data, None
-        n = counted = 0  # newlines before `counted`
-        at = data.find(want)
-        while at >= 0:
-            if at == 0 or data[at - 1] == 0x0A:  # at a line's start
-                n += data.count(b"\n", counted, at)
-                counted = at
-                key = (abs(n - line), n < line)
-                if best is not None and key >= best[0]:
-                    break  # every later occurrence is farther still
-                best = (key, n, at)
-            at = data.find(want, at + 1)
-        return None if best is None else (best[1], best[2])
+        when not at `line` (which starts at byte `offset`): (line, byte offset) of
+        the nearest occurrence, the later of two equally near; None when there is
+        none. It looks outward from `line`, as git does: the cost follows the
+        distance, not the file (a context repeated on every line of a long file)."""
+        data = self.data
+        after = data.find(want, offset + 1)
+        while after > 0 and data[after - 1] != 0x0A:  # not at a line's start
+            after = data.find(want, after + 1)
+        before = data.rfind(want, 0, offset - 1 + len(want))
+        while before > 0 and data[before - 1] != 0x0A:
+            before = data.rfind(want, 0, before - 1 + len(want))
+        down = line + data.count(b"\n", offset, after) if after > 0 else None
+        up = line - data.count(b"\n", before, offset) if before >= 0 else None
+        if down is not None and (up is None or down - line <= line - up):
+            return down, after
+        return None if up is None else (up, before)
 
     def result(self) -> bytes:
         return b"".join((*self._out, self.data[self._done:]))

@@ -219,6 +219,18 @@ def test_a_first_hunk_off_its_line_is_found_where_git_finds_it():
                                   unidiff_zero=True), Refusal)
 
 
+def test_a_context_on_every_line_of_a_long_file_is_placed_as_git_places_it():
+    """Attack: the hunk's context is every line of a 50,000-line file but not at its
+    stated line. The search goes outward from that line (its cost follows the
+    distance, not the file) and lands where git lands, above or below."""
+    hunk = b"@@ -50030,3 +50030,4 @@\n a\n a\n+new\n a\n"
+    bare = for_one_file("d/f.py", hunk)
+    for c in (b"a\n" * 50000 + b"b\n" * 60, b"b\n" * 50040 + b"a\n" * 50000):
+        want = git_apply(c, bare, unidiff_zero=True)
+        assert want is not None
+        assert quick(c, bare, unidiff_zero=True) == [("d/f.py", want, 0o100644)]
+
+
 def test_a_mode_on_the_index_line_must_be_the_files():
     patch = make_diff(A, B, 3, mode=0o100755)
     assert b"index " in patch and b" 100755\n" in patch
