@@ -57,3 +57,25 @@ def test_a_clean_merge_and_a_conflict():
     assert merge_texts(ours, base, theirs) == ours.replace(b"line 30\n", b"line 30 theirs\n")
     assert merge_texts(ours, base, base.replace(b"line 3\n", b"line 3 theirs\n")) is None
     assert git_merge_file(ours, base, base.replace(b"line 3\n", b"line 3 theirs\n")) is None
+
+
+def test_binary_texts_do_not_merge_as_git_refuses_them():
+    """Attack: NUL bytes. `git merge-file` refuses binary files (exit 255); so does
+    merge_texts (None), even when one side alone changed."""
+    base, ours, theirs = b"a\0b\nline\n", b"a\0b\nline ours\n", b"a\0c\nline\n"
+    for o, t in ((ours, theirs), (ours, base)):
+        assert git_merge_file(o, base, t) is None
+        assert merge_texts(o, base, t) is None
+
+
+def test_merges_on_many_threads_at_once_agree():
+    """Attack: the oracle merges on worker threads; each call has its own object
+    store, so 8 threads x 50 merges of a 3,000-line file all give the one answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = b"".join(b"line %d\n" % i for i in range(3000))
+    ours, theirs = base.replace(b"line 5\n", b"x\n"), base.replace(b"line 2000\n", b"y\n")
+    want = ours.replace(b"line 2000\n", b"y\n")
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: merge_texts(ours, base, theirs), range(400)))
+    assert got == [want] * 400
