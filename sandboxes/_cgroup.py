@@ -68,6 +68,7 @@ class CommandGroup:
     def __init__(self, dirs: list[Path]) -> None:
         self.dirs = dirs
         self.procs = [d / "cgroup.procs" for d in dirs]
+        self._limits: tuple[int, int] | None = None
 
     @classmethod
     def open(cls, memory: int, processes: int) -> CommandGroup | None:
@@ -76,22 +77,35 @@ class CommandGroup:
             return None
         _sweep_once(parents)
         name = f"corral-exec-{os.getpid()}-{next(_serial)}"
-        settings = {
-            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
-            "memory.max": memory, "memory.swap.max": 0, "pids.max": processes,
-        }
         dirs: list[Path] = []
         try:
             for parent in parents:
                 d = parent / name
                 d.mkdir()
                 dirs.append(d)
-                for knob in _knobs(parent, d, settings):
-                    _write(d / knob, settings[knob])
+            group = cls(dirs)
+            group.set_limits(memory, processes)
         except OSError:
             cls(dirs).close()
             return None
-        return cls(dirs)
+        return group
+
+    def set_limits(self, memory: int, processes: int) -> None:
+        """Set the group's ceilings (a reused group may get new ones). Raises OSError."""
+        if self._limits == (memory, processes):
+            return
+        settings = {
+            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,
+            "memory.max": memory, "memory.swap.max": 0, "pids.max": processes,
+        }
+        for d in self.dirs:
+            knobs = _knobs(d.parent, d, settings)
+            if self._limits is not None and memory > self._limits[0]:
+                # v1 wants limit <= memsw.limit at every step: raise memsw first
+                knobs = tuple(sorted(knobs, key=lambda k: k != "memory.memsw.limit_in_bytes"))
+            for knob in knobs:
+                _write(d / knob, settings[knob])
+        self._limits = (memory, processes)
 
     def launcher(self) -> list[str]:
         """The argv prefix that moves the launcher into the group, then execs the rest
@@ -99,6 +113,32 @@ class CommandGroup:
         script = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f"; shift; done; ' \
                  'shift; exec "$@"'
         return ["/bin/sh", "-c", script, "sh", *map(str, self.procs), "--"]
+
+    def add(self, pid: int) -> None:
+        """Move the process `pid` (a host pid) into the group. Raises OSError."""
+        for procs in self.procs:
+            _write(procs, pid)
+
+    def kill(self) -> bool:
+        """SIGKILL every process in the group until none is left (a fork racing
+        the kill is caught on a later pass; `processes` bounds how many there
+        can be). Returns False when some were still there after _CLOSE_WAIT."""
+        deadline = time.monotonic() + _CLOSE_WAIT
+        pause = 0.0001
+        while True:
+            pids: set[str] = set()
+            for procs in self.procs:
+                with contextlib.suppress(OSError):
+                    pids.update(procs.read_text().split())
+            if not pids:
+                return True
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), 9)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def close(self) -> None:
         """Remove the group; its processes are gone with the sandbox's pid namespace

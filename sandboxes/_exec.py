@@ -205,18 +205,25 @@ def _check_toolchain(toolchain: Sequence[Path], hide: Sequence[Path]) -> list[Pa
 
 
 def _bwrap_args(repo: Path, tmp: Path | None, network: bool, limits: Limits,
-                toolchain: Sequence[Path], seccomp_fd: int, env: Mapping[str, str]) -> list[str]:
+                toolchain: Sequence[Path], seccomp_fd: int, env: Mapping[str, str],
+                shm: Path | None = None) -> list[str]:
+    """bubblewrap's arguments for the sandbox. `tmp` and `shm`, when given, are
+    host directories bound at /tmp and /dev/shm (sized by the caller); else
+    each is a tmpfs of `limits.tmp` bytes."""
     args = [bwrap_path(), "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL",
             "--die-with-parent", "--new-session"]
     if not network:
         args.append("--unshare-net")
     args += _system_binds()
-    args += ["--dev", "/dev", "--proc", "/proc"]
-    if tmp is not None:
-        args += ["--bind", str(tmp), "/tmp"]
-    else:
-        args += ["--size", str(limits.tmp), "--perms", "1777", "--tmpfs", "/tmp"]
+    # bwrap's /dev (device nodes, its own devpts) made read-only: a file written
+    # there would sit on a tmpfs no limit covers; /dev/shm is sized like /tmp
+    args += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
+    for where, given in (("/tmp", tmp), ("/dev/shm", shm)):
+        if given is not None:
+            args += ["--bind", str(given), where]
+        else:
+            args += ["--size", str(limits.tmp), "--perms", "1777", "--tmpfs", where]
     for t in toolchain:  # after /tmp: a toolchain may live there
         args += ["--ro-bind", str(t), str(t)]
     args += ["--perms", "0755", "--dir", "/workspace", "--bind", str(repo), REPO_PATH,

@@ -20,8 +20,10 @@ from pathlib import Path
 
 __all__ = [
     "MountError",
+    "bind_mount",
     "idmapped_tree",
     "is_busy",
+    "make_shared",
     "mount_overlay",
     "mount_tmpfs",
     "mounts_under",
@@ -172,6 +174,24 @@ def mount_tmpfs(target: Path, *, mode: int = 0o700, size: int | None = None) -> 
     options = f"mode={mode:o}" + (f",size={size}" if size is not None else "")
     if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", 0, options.encode()) != 0:
         raise _fail("mount tmpfs at", target)
+
+
+_MS_BIND = 0x1000
+_MS_SHARED = 1 << 20
+
+
+def bind_mount(source: Path, target: Path) -> None:
+    """Bind the mount tree at `source` onto `target`. Raises MountError."""
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None) != 0:
+        raise _fail("bind mount at", target)
+
+
+def make_shared(target: Path) -> None:
+    """Make the mount at `target` shared: mounts made below it later also appear
+    in the mount namespaces that hold a copy of it (a sandbox's slave copy
+    receives them; nothing it mounts comes back). Raises MountError."""
+    if _libc.mount(None, os.fsencode(target), None, _MS_SHARED, None) != 0:
+        raise _fail("make shared", target)
 
 
 class _MountAttr(ctypes.Structure):

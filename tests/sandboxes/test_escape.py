@@ -70,6 +70,11 @@ async def env(sample_repo: Path) -> AsyncIterator[tuple[Coordinator, Path]]:
         yield coord, state
 
 
+def _is_slot(path: Path, base: Path) -> bool:
+    """True for a warm sandbox's slot (kept while its workspace lives), not what's in it."""
+    return path.parent == base and path.name.startswith("w") and len(path.name) == 17
+
+
 async def run(coord: Coordinator, script: str, *, scope: str = "a", **kw) -> Run:
     s = coord.scopes.get(scope) or await coord.root.fork(scope)
     r = await s.exec(["sh", "-c", script], **kw)
@@ -485,7 +490,9 @@ async def test_many_processes_share_one_memory_limit(env) -> None:
     control = await run(coord, hogs)
     assert control.out.count("ok") == 6
     assert bounded.out.count("ok") <= 2
+    # A live scope keeps its warm sandbox's group; discarded, nothing is left.
     # This process's groups only: another process on the machine may be running commands.
+    await coord.scopes["a"].discard()
     left = [g for parent in _parents() or () for g in parent.glob(f"corral-exec-{os.getpid()}-*")]
     assert not left, f"a command's cgroup was left: {left}"
 
@@ -517,6 +524,8 @@ async def test_host_processes_are_invisible(env) -> None:
     r = await run(coord, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done; "
                   "echo ---; ls /proc/1/root 2>&1")
     procs, _, root = r.out.partition("---")
+    # the warm sandbox's launcher is the sandbox's own process, not the host's
+    procs = "\n".join(line for line in procs.splitlines() if "corral-launcher" not in line)
     assert "pytest" not in procs and "python" not in procs.replace("python3 -c", "")
     assert len([line for line in procs.splitlines() if line.strip()]) < 6
     assert "home" not in root.split() and "root" not in root.split()
@@ -624,7 +633,8 @@ def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
         ws.run(["sh", "-c", "echo x > g"], timeout=10)
         ws.run(["sleep", "30"], timeout=0.5)
         base = exec_base(backend.root)
-        assert mounts_under(base) == [base]  # only the base tmpfs, while open
+        # while open: the base tmpfs and the workspace's warm sandbox slot, nothing of a run
+        assert [p for p in mounts_under(base) if not _is_slot(p, base)] == [base]
         backend.close()
         assert mounts_under(backend.root) == []
         assert mounts_under(base) == []
@@ -737,8 +747,9 @@ async def test_very_deep_tree_is_refused_and_leaves_nothing(
         assert await a.listdir() == files
         assert await a.read("README.md") == readme
         assert not (a.path / "d").exists()
-        assert mounts_under(base) == [base]  # only the base tmpfs, while open
-        assert os.listdir(base) == [".root"]  # the owner file, nothing of the run
+        # while open: the base tmpfs and a's warm sandbox slot, nothing of the run
+        assert [p for p in mounts_under(base) if not _is_slot(p, base)] == [base]
+        assert [n for n in os.listdir(base) if not _is_slot(base / n, base)] == [".root"]
         r = await a.exec(["sh", "-c", "echo ok > ok.txt"], timeout=30)
         assert isinstance(r.outcome, ExecOutcome) and r.outcome.returncode == 0
         assert await a.read("ok.txt") == b"ok\n"

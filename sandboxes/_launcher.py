@@ -1,0 +1,137 @@
+"""The launcher: a small program that lives inside a warm sandbox and forks each
+command on request (see `_warm`). It runs there as the sandbox user, under the
+sandbox's seccomp filter, with `python3 -I -S /proc/self/fd/N corral-launcher FD` (this file's
+text comes through the pipe N); it
+imports only the standard library and nothing of Corral.
+
+The protocol, over the SOCK_SEQPACKET socket FD (one message each):
+
+- launcher -> coordinator  ``{"ready": 1}`` once it is up;
+- coordinator -> child     a request ``{"argv", "env", "cwd", "rlimits"}`` with
+  three fds attached (SCM_RIGHTS): the command's stdout, its stderr, and the
+  read end of a "go" pipe. The launcher forks each command's process before
+  its request comes (the fork is not on the command's path); that child takes
+  the request;
+- child -> coordinator     ``{"pid": 1}`` (or ``{"error": ...}`` for a bad
+  request); the coordinator reads the child's
+  host pid from the message's credentials (SO_PASSCRED translates it out of
+  the sandbox's pid namespace), moves it into the command's cgroup, then
+  writes one byte to the go pipe: nothing the command runs can start before
+  it is inside its group;
+- launcher -> coordinator  ``{"status": WAIT_STATUS}`` when the command exits.
+"""
+
+import array
+import ctypes
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+
+_FDS = 3
+
+
+def _exec(argv: list, env: dict) -> None:
+    """execvpe without os.get_exec_path, whose `import warnings` would cost every
+    child a module load (the launcher runs with -I -S)."""
+    name = argv[0]
+    if "/" in name:
+        os.execve(name, argv, env)
+    missing: OSError = FileNotFoundError(2, "No such file or directory", name)
+    for d in env.get("PATH", "/usr/bin:/bin").split(":"):
+        try:
+            os.execve(f"{d or '.'}/{name}", argv, env)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except PermissionError as e:
+            missing = e  # as execvp: remember it, keep looking
+    raise missing
+
+
+def _child(ctl: socket.socket, req: dict, fds: list[int]) -> None:
+    """Become the command: never returns."""
+    argv = req.get("argv") or ["?"]
+    try:
+        out, err, go = fds
+        os.setsid()
+        ctl.send(b'{"pid": 1}')
+        if os.read(go, 1) != b"g":
+            os._exit(126)
+        ctl.close()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in (null, out, err, go):
+            if fd > 2:
+                os.close(fd)
+        # Python ignores these two; a command expects the defaults (`yes | head`)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        for name, value in req["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        os.chdir(req["cwd"])
+        _exec(argv, {**req["env"], "PWD": req["cwd"]})  # as bwrap's --chdir sets it
+    except BaseException as e:  # the child must end here, whatever failed
+        text = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+        os.write(2, f"corral: cannot run {argv[0]!r}: {text}\n".encode(errors="replace"))
+        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+
+
+def _take_request(ctl: socket.socket) -> tuple[dict, list[int]]:
+    """Wait for the next request; exit when the coordinator hangs up."""
+    room = socket.CMSG_SPACE(_FDS * array.array("i").itemsize)
+    try:
+        msg, ancdata, _, _ = ctl.recvmsg(1 << 20, room)
+    except OSError:
+        os._exit(0)
+    if not msg:
+        os._exit(0)
+    fds = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    try:
+        req = json.loads(msg)
+    except ValueError:
+        req = {}
+    if len(fds) != _FDS or not isinstance(req, dict) or not req.get("argv"):
+        for fd in fds:
+            os.close(fd)
+        ctl.send(json.dumps({"error": f"bad request ({len(fds)} fds)"}).encode())
+        os._exit(126)
+    return req, list(fds)
+
+
+def main() -> None:
+    ctl = socket.socket(fileno=int(sys.argv[2]))
+    ctl.set_inheritable(False)
+    # not dumpable (nor are its children until they exec): a command, running
+    # as the same user, cannot read or write their memory through /proc/<pid>/mem
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+    os.chdir("/")
+    ctl.send(b'{"ready": 1}')
+    while True:
+        # The next command's process is forked before its request comes, so a
+        # request costs no fork: the child waits for it, the launcher for the child.
+        pid = os.fork()
+        if pid == 0:
+            try:
+                req, fds = _take_request(ctl)
+                _child(ctl, req, fds)
+            finally:
+                os._exit(126)
+        _, status = os.waitpid(pid, 0)
+        try:
+            ctl.send(json.dumps({"status": status}).encode())
+        except OSError:
+            return
+
+
+if __name__ == "__main__":
+    main()

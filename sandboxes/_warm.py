@@ -1,0 +1,457 @@
+"""A warm sandbox per workspace: bubblewrap set up once, each command forked inside.
+
+Setting up a sandbox (user, pid, mount, net namespaces, seccomp, the host view)
+costs ~10 ms; running `true` costs ~1 ms. So a workspace keeps one sandbox
+alive and asks the launcher inside it (`_launcher`) to fork each command.
+
+What changes per command still changes per command:
+
+- its tree, /tmp and /dev/shm: the sandbox's /workspace/repo, /tmp and
+  /dev/shm are bound from a *slot* directory on the host whose mount is
+  shared, so a mount made there on the host (the command's throwaway overlay,
+  a fresh sized tmpfs) appears inside, and its unmount disappears there;
+- its limits: rlimits set in the forked child before exec, and a cgroup of its
+  own (`CommandGroup`) that the child is moved into before it may start;
+- its lifetime: when it exits or times out, everything left in its cgroup is
+  killed before its changes are read, so nothing it started outlives it.
+
+Warm sandboxes need what the cgroup needs (root and a writable memory+pids
+hierarchy) and a Python 3 interpreter the sandbox can see; where either is
+missing `available()` says why and the caller runs the command cold
+(`run_isolated`: a new bubblewrap per command, same view and limits).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import functools
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ._base import ExecUnavailable, Limits
+from ._cgroup import CommandGroup
+from ._exec import (
+    REPO_PATH,
+    SANDBOX_UID,
+    Completed,
+    _bwrap_args,
+    _filter,
+    _tool,
+    default_env,
+)
+from ._mount import MountError, bind_mount, make_shared, mount_tmpfs, umount
+
+__all__ = ["SandboxPool", "WarmSandbox", "available"]
+
+_START_TIMEOUT = 15.0
+"""Seconds a new sandbox has to say it is ready."""
+_LAUNCHER_SOURCE = (Path(__file__).parent / "_launcher.py").read_text()
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
+_DIED = -1
+"""The status of a command whose launcher died under it."""
+
+
+class WarmUnavailable(ExecUnavailable):
+    """This command cannot use a warm sandbox; run it cold."""
+
+
+@functools.cache
+def _interpreter() -> tuple[str, tuple[str, ...]]:
+    """A Python the sandbox can run the launcher with, and what to bind for it:
+    the system's /usr/bin/python3 (seen through the /usr bind), else this
+    process's own installation shown read-only at its path."""
+    system = Path("/usr/bin/python3")
+    if system.exists() and Path(os.path.realpath(system)).is_relative_to("/usr"):
+        return str(system), ()
+    prefix = Path(sys.base_prefix).resolve()
+    exe = Path(sys.executable).resolve()
+    if exe.is_relative_to(prefix) and not prefix.is_relative_to("/root"):
+        return str(exe), ("--ro-bind", str(prefix), str(prefix))
+    raise WarmUnavailable("no Python interpreter the sandbox may see (/usr/bin/python3 "
+                          "is missing); commands run cold")
+
+
+def available(limits: Limits) -> str | None:
+    """None when warm sandboxes work here, else why not (one sentence)."""
+    if os.geteuid() != 0:
+        return "warm sandboxes need root (a cgroup per command); commands run cold"
+    group = CommandGroup.open(limits.memory, limits.processes)
+    if group is None:
+        return "no writable memory and pids cgroup: commands run cold"
+    group.close()
+    try:
+        _interpreter()
+    except WarmUnavailable as e:
+        return str(e)
+    return None
+
+
+class WarmSandbox:
+    """One long-lived sandbox: a view of the host (network on or off, the
+    toolchain) that runs one command at a time.
+
+    `slot` is a fresh directory (mode 0711, under the caller's scratch base)
+    that this sandbox owns; `close` removes it. Raises ExecUnavailable when the
+    sandbox cannot start.
+    """
+
+    def __init__(self, slot: Path, *, network: bool, toolchain: Sequence[Path],
+                 limits: Limits) -> None:
+        self.network = network
+        self.toolchain = tuple(toolchain)
+        self._slot = slot
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self._group: CommandGroup | None = None
+        python, binds = _interpreter()
+        slot.mkdir(mode=0o711)
+        for d in ("repo", "tmp", "shm"):
+            (slot / d).mkdir(mode=0o755)
+        try:
+            bind_mount(slot, slot)
+            make_shared(slot)
+            self._start(python, binds, limits)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, python: str, binds: Sequence[str], limits: Limits) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._ctl = ours
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        seccomp_r, seccomp_w = os.pipe()
+        # the launcher's source comes through a pipe, so /proc shows it by name
+        source_r, source_w = os.pipe()
+        try:
+            os.write(seccomp_w, _filter(self.network))
+            os.write(source_w, _LAUNCHER_SOURCE.encode())
+            os.close(seccomp_w)
+            os.close(source_w)
+            seccomp_w = source_w = -1
+            # bwrap's own process needs no environment; commands get theirs per request
+            args = _bwrap_args(self._slot / "repo", self._slot / "tmp", self.network, limits,
+                               self.toolchain, seccomp_r, {}, shm=self._slot / "shm")
+            cut = args.index("--chdir")
+            args[cut:cut] = [*binds]
+            drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+                     "--clear-groups", "--"] if os.geteuid() == 0 else [])
+            cmd = [*drop, *args, "--", python, "-I", "-S", f"/proc/self/fd/{source_r}",
+                   "corral-launcher", str(theirs.fileno())]
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, env={}, start_new_session=True,
+                pass_fds=(seccomp_r, source_r, theirs.fileno()), cwd="/")
+        finally:
+            for fd in (seccomp_r, source_r, seccomp_w, source_w):
+                if fd >= 0:
+                    os.close(fd)
+            theirs.close()
+        ready = self._receive(time.monotonic() + _START_TIMEOUT)
+        if ready is None or "ready" not in ready[0]:
+            err = self._stderr()
+            raise ExecUnavailable(f"the warm sandbox did not start: {err or 'no answer'}")
+
+    def _stderr(self) -> str:
+        proc = self._proc
+        if proc is None or proc.stderr is None:
+            return ""
+        with contextlib.suppress(OSError):
+            os.set_blocking(proc.stderr.fileno(), False)
+            return (proc.stderr.read() or b"").decode(errors="replace").strip()
+        return ""
+
+    @property
+    def alive(self) -> bool:
+        """False once the sandbox (or its launcher) has died."""
+        return self._proc is not None and self._proc.poll() is None and self._ctl is not None
+
+    def _receive(self, deadline: float) -> tuple[dict[str, int], int | None] | None:
+        """The next message from the sandbox and the host pid of its sender, or
+        None when the sandbox hung up or `deadline` passed."""
+        assert self._ctl is not None
+        self._ctl.settimeout(max(0.0, deadline - time.monotonic()))
+        try:
+            msg, anc, _, _ = self._ctl.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
+        except (TimeoutError, OSError):
+            return None
+        if not msg:
+            return None
+        pid = None
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = _UCRED.unpack(data[: _UCRED.size])[0]
+        return json.loads(msg), pid
+
+    def run(self, repo: Path, argv: Sequence[str], *, timeout: float,
+            env: Mapping[str, str] | None, limits: Limits, tmp: Path) -> Completed:
+        """Run `argv` with `repo` (a mount) seen at /workspace/repo and `tmp` at
+        /tmp, as `run_isolated` would. Raises WarmUnavailable when the sandbox
+        has died before the command started (the caller may start a new one)."""
+        with self._lock:
+            if not self.alive:
+                raise WarmUnavailable("the warm sandbox is gone")
+            group = self._command_group(limits)
+            mounted: list[Path] = []
+            try:
+                for source, point in ((repo, self._slot / "repo"), (tmp, self._slot / "tmp")):
+                    bind_mount(source, point)
+                    mounted.append(point)
+                mount_tmpfs(self._slot / "shm", mode=0o1777, size=limits.tmp)
+                mounted.append(self._slot / "shm")
+                return self._run(argv, timeout, env, limits, group)
+            finally:
+                # nothing the command started may outlive it (nor see its changes read)
+                if not group.kill():
+                    self._kill()  # the pid namespace takes the stragglers with it
+                for point in reversed(mounted):
+                    _umount(point)
+
+    def _command_group(self, limits: Limits) -> CommandGroup:
+        """The cgroup commands run in, one at a time: made once, emptied after
+        each command, its ceilings set to each command's limits."""
+        group = self._group
+        if group is not None:
+            try:
+                group.set_limits(limits.memory, limits.processes)
+                return group
+            except OSError:
+                group.close()  # a ceiling it cannot take: start a new group
+        self._group = group = CommandGroup.open(limits.memory, limits.processes)
+        if group is None:
+            raise WarmUnavailable("no cgroup for the command")
+        return group
+
+    def _run(self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None,
+             limits: Limits, group: CommandGroup) -> Completed:
+        assert self._ctl is not None
+        request = {
+            "argv": list(argv),
+            "env": dict(env) if env is not None else default_env(self.toolchain),
+            "cwd": REPO_PATH,
+            "rlimits": {"RLIMIT_NPROC": limits.processes, "RLIMIT_AS": limits.memory,
+                        "RLIMIT_FSIZE": limits.file_size, "RLIMIT_NOFILE": limits.open_files,
+                        "RLIMIT_CORE": 0},
+        }
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        go_r, go_w = os.pipe()
+        start = time.monotonic()
+        deadline = start + timeout
+        try:
+            try:
+                self._ctl.sendmsg([json.dumps(request).encode()], [
+                    (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_w, err_w, go_r]))])
+            except OSError as e:
+                raise WarmUnavailable(f"the warm sandbox is gone: {e}") from e
+            finally:
+                for fd in (out_w, err_w, go_r):
+                    os.close(fd)
+            _, pid = self._started(deadline)
+            group.add(pid)
+            os.write(go_w, b"g")
+            return self._collect(out_r, err_r, start, deadline, limits.output, group)
+        finally:
+            for fd in (out_r, err_r, go_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _started(self, deadline: float) -> tuple[dict[str, int], int]:
+        """The command process's "pid" message and its host pid. The exit status
+        of an idle process that died before taking a request (a command may kill
+        it) is skipped. Raises WarmUnavailable when the sandbox does not answer."""
+        while True:
+            got = self._receive(deadline)
+            if got is None:
+                self._kill()
+                raise WarmUnavailable("the warm sandbox did not start the command")
+            message, pid = got
+            if "status" in message:
+                continue
+            if "pid" not in message or pid is None:
+                raise WarmUnavailable(f"the sandbox could not start the command: {message}")
+            return message, pid
+
+    def _collect(self, out_r: int, err_r: int, start: float, deadline: float, cap: int,
+                 group: CommandGroup) -> Completed:
+        """Read the command's output (keeping `cap` bytes of each stream) until
+        it has exited and both streams are closed, or `deadline` passes (then
+        kill it and drain for a few more seconds)."""
+        assert self._ctl is not None
+        kept = {out_r: bytearray(), err_r: bytearray()}
+        truncated = timed_out = False
+        status: int | None = None
+        with selectors.DefaultSelector() as sel:
+            sel.register(out_r, selectors.EVENT_READ)
+            sel.register(err_r, selectors.EVENT_READ)
+            sel.register(self._ctl, selectors.EVENT_READ)
+            while status is None or len(sel.get_map()) > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if timed_out:
+                        break
+                    timed_out = True
+                    group.kill()
+                    deadline = time.monotonic() + 5.0  # for the exit status and the pipes' rest
+                    continue
+                for key, _ in sel.select(timeout=min(left, 1.0)):
+                    if key.fileobj is self._ctl:
+                        sel.unregister(self._ctl)
+                        got = self._receive(deadline)
+                        if got is None or "status" not in got[0]:
+                            status = _DIED  # the launcher died, and the command with it
+                            self._kill()
+                        else:
+                            status = int(got[0]["status"])
+                        # what it started dies with it, as when bwrap's pid 1 exits
+                        group.kill()
+                        continue
+                    fd = int(key.fd)
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(fd)
+                        continue
+                    buf = kept[fd]
+                    room = cap - len(buf)
+                    if len(chunk) > room:
+                        truncated = True
+                        chunk = chunk[:max(room, 0)]
+                    buf += chunk
+        duration = time.monotonic() - start
+        if status is None or status == _DIED:
+            returncode = -signal.SIGKILL
+        else:
+            returncode = os.waitstatus_to_exitcode(status)
+        if timed_out and returncode >= 0:
+            returncode = -signal.SIGKILL
+        return Completed(returncode, bytes(kept[out_r]), bytes(kept[err_r]), timed_out,
+                         duration, truncated)
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def close(self) -> None:
+        """Stop the sandbox and remove its slot. Idempotent."""
+        self._kill()
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+        if self._proc is not None and self._proc.stderr is not None:
+            self._proc.stderr.close()
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+        for point in ("repo", "tmp", "shm", ""):
+            with contextlib.suppress(MountError):
+                umount(self._slot / point if point else self._slot, detach=True)
+        shutil.rmtree(self._slot, ignore_errors=True)
+
+
+def _umount(point: Path) -> None:
+    try:
+        umount(point)
+    except MountError:
+        with contextlib.suppress(MountError):
+            umount(point, detach=True)
+
+
+def new_slot(base: Path) -> Path:
+    """A fresh, unguessable slot path under `base` (not yet created)."""
+    return base / f"w{secrets.token_hex(8)}"
+
+
+@functools.cache
+def _why_cold() -> str | None:
+    if os.environ.get("CORRAL_WARM_SANDBOX", "1") == "0":
+        return "warm sandboxes are off ($CORRAL_WARM_SANDBOX=0)"
+    return available(Limits())
+
+
+class SandboxPool:
+    """One workspace's warm sandboxes, one per (network, toolchain), each made at
+    its first command and kept until `close`. A command that cannot run warm
+    (no root, no cgroup, no interpreter, no /tmp of its own) runs cold.
+
+    `base` is the scratch base the slots live under (see `_scratch.exec_base`).
+    """
+
+    def __init__(self, base: Path) -> None:
+        self._base = base
+        self._lock = threading.Lock()
+        self._boxes: dict[tuple[bool, tuple[Path, ...]], WarmSandbox] = {}
+        self._closed = False
+        self.warm = _why_cold() is None
+        """False: every command runs cold (a new bubblewrap each)."""
+
+    def run(self, repo: Path, argv: Sequence[str], *, timeout: float,
+            env: Mapping[str, str] | None = None, network: bool = False,
+            hide: Sequence[Path] = (), limits: Limits | None = None,
+            toolchain: Sequence[Path] = (), tmp: Path | None = None) -> Completed:
+        """Run `argv` as `run_isolated` does (same arguments, same result), in
+        this workspace's warm sandbox when it can."""
+        from ._exec import _check_toolchain, run_isolated
+
+        limits = limits or Limits()
+        cold = functools.partial(run_isolated, repo, argv, timeout=timeout, env=env,
+                                 network=network, hide=hide, limits=limits,
+                                 toolchain=toolchain, tmp=tmp)
+        if not self.warm or tmp is None or not argv:
+            return cold()
+        if not 0 < timeout <= limits.timeout_max:
+            return cold()  # it says why
+        tools = tuple(_check_toolchain(toolchain, hide))
+        for _ in range(2):  # a sandbox that died (a command killed its launcher) is made again
+            try:
+                box = self._box(network, tools, limits)
+                return box.run(repo, argv, timeout=timeout, env=env, limits=limits, tmp=tmp)
+            except WarmUnavailable:
+                self._drop(network, tools)
+            except ExecUnavailable:
+                self._drop(network, tools)
+                self.warm = False  # it will not start next time either
+                break
+        return cold()
+
+    def _box(self, network: bool, tools: tuple[Path, ...], limits: Limits) -> WarmSandbox:
+        with self._lock:
+            if self._closed:
+                raise WarmUnavailable("the workspace is closed")
+            box = self._boxes.get((network, tools))
+            if box is None or not box.alive:
+                if box is not None:
+                    box.close()
+                box = WarmSandbox(new_slot(self._base), network=network, toolchain=tools,
+                                  limits=limits)
+                self._boxes[(network, tools)] = box
+            return box
+
+    def _drop(self, network: bool, tools: tuple[Path, ...]) -> None:
+        with self._lock:
+            box = self._boxes.pop((network, tools), None)
+        if box is not None:
+            box.close()
+
+    def close(self) -> None:
+        """Stop every sandbox of the workspace. Idempotent."""
+        with self._lock:
+            self._closed = True
+            boxes, self._boxes = list(self._boxes.values()), {}
+        for box in boxes:
+            box.close()
