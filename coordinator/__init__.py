@@ -63,6 +63,7 @@ from ._effects import (
 )
 from ._errors import (
     CorralError,
+    DiskFull,
     ExecError,
     MergeError,
     NotFound,
@@ -105,6 +106,7 @@ __all__ = [
     "ControlAction",
     "Coordinator",
     "CorralError",
+    "DiskFull",
     "Decision",
     "Effect",
     "Event",

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import (
     Base64Encoder,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     EncodedBytes,
     Field,
@@ -61,6 +62,7 @@ __all__ = [
     "ScopeOut",
     "ScopesOut",
     "SendRequest",
+    "TakeRequest",
     "TraceEntryOut",
     "WriteRequest",
     "b64",
@@ -133,10 +135,22 @@ class ForkRequest(_Request):
     the parent's head when omitted."""
 
 
+def _exact_int(v: object) -> object:
+    # A Literal of ints takes 33188.0 even in strict mode: refuse what is not an int.
+    if type(v) is not int:
+        raise PydanticCustomError("int_type", "Input should be an integer, not {kind}",
+                                  {"kind": type(v).__name__})
+    return v
+
+
+FileMode = Annotated[Literal[33188, 33261], BeforeValidator(_exact_int)]
+"""A git file mode, a JSON integer (33188.0 or "33188" is refused, as is any other type)."""
+
+
 class WriteRequest(_PathRequest):
     content_b64: Base64
     """The new content, base64 (standard alphabet, padded)."""
-    mode: Literal[33188, 33261] = 33188
+    mode: FileMode = 33188
     """Git file mode: 33188 (0o100644) or 33261 (0o100755, executable)."""
     cause: Cause
 
@@ -214,8 +228,10 @@ class ReviewRequest(_Request):
 class RewindRequest(_Request):
     to: Annotated[str | None, Field(default=None, min_length=4, max_length=64)]
     """A commit id (full or abbreviated) on the scope's branch since its fork."""
-    steps: Annotated[int | None, Field(default=None, ge=0, le=1_000_000)]
-    """Effects to go back along the branch (give `to` or `steps`, not both)."""
+    steps: Annotated[Annotated[int, Field(le=1_000_000, json_schema_extra={"minimum": 1})]
+                     | None, Field(default=None)]
+    """Effects to go back along the branch, at least 1 (give `to` or `steps`, not
+    both). Below 1 is a 400 RewindError, as `Scope.rewind` raises."""
     cause: Cause
 
     @model_validator(mode="after")
@@ -235,6 +251,11 @@ class MergeRequest(_Request):
 
 class DiscardRequest(_Request):
     cause: Cause
+
+
+class TakeRequest(_Request):
+    """Taking the inbox's messages takes no argument: the body is empty or `{}`
+    (anything else is refused, and the inbox left as it was)."""
 
 
 class SendRequest(_Request):
@@ -296,6 +317,9 @@ class Health(_Response):
     ok: bool = True
     version: str = API_VERSION
     snapshot: str
+    checkpoint: str = "ok"
+    """"ok", or why the trace's checkpoints wait (e.g. "deferred: no space left on
+    device"): every acknowledged effect is durable in the journal meanwhile."""
 
 
 class ScopeOut(_Response):

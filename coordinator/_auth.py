@@ -18,6 +18,7 @@ token.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._errors import CorralError
+from ._errors import CorralError, DiskFull, disk_full
 
 if TYPE_CHECKING:
     from . import Coordinator
@@ -102,11 +103,17 @@ class Tokens:
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # a torn last line: the fork it belonged to was never answered
         tmp = state / "tokens.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.writelines(tokens._line(name, i.fork, i.digest) for name, i in
-                         tokens._issued.items())
-        os.replace(tmp, state / "tokens")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.writelines(tokens._line(name, i.fork, i.digest) for name, i in
+                             tokens._issued.items())
+            os.replace(tmp, state / "tokens")
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            # Compaction only saves space: on a full disk the file stays as it is.
+            tmp.unlink(missing_ok=True)
         return tokens
 
     @staticmethod
@@ -117,8 +124,19 @@ class Tokens:
         if self._path is None:
             return
         fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        data = line.encode()
+        written = 0
         try:
-            os.write(fd, line.encode())  # one write(2): whole or torn, never interleaved
+            written = os.write(fd, data)  # one write(2): whole or torn, never interleaved
+            if written != len(data):  # a short write: the disk filled up
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            # No torn line: it would swallow the next one appended after it.
+            os.ftruncate(fd, os.fstat(fd).st_size - written)
+            if disk_full(e):
+                raise DiskFull(f"the token file could not be written: {e.strerror}",
+                               cause=e) from e
+            raise
         finally:
             os.close(fd)
 

@@ -6,6 +6,8 @@ State directory layout::
     <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
     <state>/lock        held while a coordinator has the directory open
 
+The directory is mode 0700 (made so, or chmod-ed so at open).
+
 The coordinator owns the lifecycle (open, rebuild the scopes, close) and the
 scope registry; what scopes share while it runs is its `Runtime`.
 """
@@ -173,7 +175,11 @@ class Coordinator:
         journal: JournalBounds | None = None,
     ) -> Coordinator:
         state = state.absolute()
-        state.mkdir(parents=True, exist_ok=True)
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The trace holds every file and prompt of every scope: no other local user
+        # reads it, also in a state directory made before this was the rule.
+        if state.stat().st_mode & 0o777 != 0o700:
+            os.chmod(state, 0o700)
         lockfd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -13,6 +13,8 @@
     ├── PatchError           a unified diff that does not apply
     ├── MergeError           a merge that cannot be done as asked
     ├── StateError           a state directory that does not fit the request
+    ├── DiskFull             the state's disk is full (ENOSPC, EDQUOT): nothing was
+    │                        acknowledged; retry once space is freed
     ├── ExecError            a command that cannot run as asked: empty argv, bad env,
     │                        a timeout past the exec limit timeout_max
     └── SandboxFailure       the workspace backend failed (wraps sandboxes.SandboxError)
@@ -24,8 +26,12 @@ The errors know nothing of HTTP: the server maps each class to a status
 
 from __future__ import annotations
 
+import errno
+import os
+
 __all__ = [
     "CorralError",
+    "DiskFull",
     "ExecError",
     "MergeError",
     "NotFound",
@@ -82,6 +88,36 @@ class MergeError(CorralError):
 
 class StateError(CorralError):
     """A state directory that does not fit the request."""
+
+
+class DiskFull(CorralError, OSError):
+    """The state directory's disk (or quota) is full: the effect was not made
+    durable, so it was not acknowledged; the same call succeeds once space is
+    freed. `.cause` is the OSError (ENOSPC or EDQUOT), when there is one."""
+
+    def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
+        super().__init__(message, cause=cause)
+        self.errno = getattr(cause, "errno", None) or errno.ENOSPC
+
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_FULL_TEXTS = tuple(os.strerror(e) for e in _FULL_ERRNOS)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether `error` (or what it wraps) says the disk or a quota is full: an
+    OSError with ENOSPC or EDQUOT, a DiskFull, or a tool's failure that quotes one
+    (git's index-pack reports it on stderr)."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, DiskFull) or (isinstance(e, OSError) and e.errno in _FULL_ERRNOS):
+            return True
+        if any(text in str(e) for text in _FULL_TEXTS):
+            return True
+        e = getattr(e, "cause", None) or e.__cause__
+    return False
 
 
 class ExecError(CorralError, ValueError):

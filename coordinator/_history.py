@@ -20,12 +20,26 @@ from ._trace import ARCHIVE_PREFIX, Trace, TreeChanges
 
 __all__ = [
     "apply_tree_changes",
+    "check_rewind",
     "merge",
     "rewind",
     "rewind_target",
     "rewind_workspace",
     "unique_ref",
 ]
+
+
+def check_rewind(to: str | None, steps: int | None) -> None:
+    """The one check of a rewind's arguments (the Python API, the control action
+    and the HTTP route all pass here): exactly one of `to` and `steps`, and
+    `steps` an integer of at least 1 (a rewind by 0 steps would record an
+    effect that changes nothing). Raises RewindError."""
+    if (to is None) == (steps is None):
+        raise RewindError("give exactly one of `to` or `steps`")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+        raise RewindError(f"steps must be an integer, not {type(steps).__name__}")
+    if steps is not None and steps < 1:
+        raise RewindError("steps must be >= 1")
 
 
 def rewind_target(
@@ -35,10 +49,7 @@ def rewind_target(
     goes to: `to`, or `steps` effects back. Walks back from the head only as
     far as the target (or the fork point): the cost follows the steps rewound,
     not the length of the branch. Raises RewindError, NotFound."""
-    if (to is None) == (steps is None):
-        raise RewindError("give exactly one of `to` or `steps`")
-    if steps is not None and steps < 0:
-        raise RewindError("steps must be >= 0")
+    check_rewind(to, steps)
     fork = pygit2.Oid(hex=fork_point)
     wanted = None if to is None else trace.commit(to).id
     commit = trace.commit(head)

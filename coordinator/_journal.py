@@ -32,6 +32,7 @@ coordinator closes).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
 import os
@@ -47,7 +48,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
-from ._errors import StateError
+from ._errors import DiskFull, StateError, disk_full
 from ._gitnames import name as gitname
 from ._malloc import trim
 from ._packfile import write_pack
@@ -190,6 +191,9 @@ class Journal:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._rollup: threading.Thread | None = None
+        self.deferred: str | None = None
+        """Why the last checkpoint could not be done (the disk is full), None when
+        it was: the journal holds it all meanwhile, and the next one retries."""
         replayed = self._replay()
         if writable:
             self.dir.mkdir(exist_ok=True)
@@ -198,8 +202,15 @@ class Journal:
             self._open_generation()
             self._salvage_invalid_refs()
             if replayed:
-                # What a killed coordinator left: into the repository now.
-                self.checkpoint()
+                # What a killed coordinator left: into the repository now, or,
+                # on a full disk, by the background checkpoints once there is room.
+                try:
+                    self.checkpoint()
+                except Exception as e:
+                    if not disk_full(e):
+                        raise
+                    self.deferred = f"deferred: {os.strerror(errno.ENOSPC).lower()}"
+                    log.warning("trace checkpoint at open deferred, the disk is full: %s", e)
 
     def _salvage_invalid_refs(self) -> None:
         """Move replayed refs git refuses (a scope named `a..b` or `x.`, which
@@ -267,9 +278,20 @@ class Journal:
         if not self.writable or self._fd is None:
             raise StateError("the trace is open read-only here")
         buf = memoryview(b"".join(records))
-        while buf:
-            n = os.write(self._fd, buf)
-            buf = buf[n:]
+        written = 0
+        try:
+            while buf:
+                n = os.write(self._fd, buf)
+                buf = buf[n:]
+                written += n
+        except OSError as e:
+            # Cut what part of it was written: replay stops at a torn record, so
+            # one left here would hide every later (acknowledged) append.
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            if disk_full(e):
+                raise DiskFull(f"the trace's journal could not be written: {e.strerror}",
+                               cause=e) from e
+            raise
 
     # -- backpressure ---------------------------------------------------------
 
@@ -374,9 +396,14 @@ class Journal:
                     return
             try:
                 self.checkpoint(wait=False)
-            except Exception:  # the journal still holds it all: retry, and again at close
-                log.exception("trace checkpoint failed; retrying in %.0f s",
-                              self.bounds.checkpoint_s)
+            except Exception as e:  # the journal still holds it all: retry, and again at close
+                if disk_full(e):
+                    self.deferred = f"deferred: {os.strerror(errno.ENOSPC).lower()}"
+                    log.warning("trace checkpoint deferred, the disk is full; retrying "
+                                "in %.0f s", self.bounds.checkpoint_s)
+                else:
+                    log.exception("trace checkpoint failed; retrying in %.0f s",
+                                  self.bounds.checkpoint_s)
                 time.sleep(self.bounds.checkpoint_s)
 
     def checkpoint(self, *, wait: bool = True) -> bool:
@@ -402,6 +429,7 @@ class Journal:
                 wake()
             if done is not None:
                 self._write_sealed(done)
+                self.deferred = None
                 if self.on_checkpoint is not None:
                     self.on_checkpoint(time.perf_counter() - start, done[1])
             if done is not None and done[1]:  # a new pack
@@ -508,6 +536,12 @@ class Journal:
             self._thread = None
         try:
             self.checkpoint()
+        except Exception as e:
+            if not disk_full(e):
+                raise
+            # Every acknowledged effect is in the log: the next open checkpoints it.
+            log.warning("trace checkpoint at close deferred to the next open, the disk "
+                        "is full: %s", e)
         finally:
             if self._fd is not None:
                 os.close(self._fd)

@@ -85,7 +85,8 @@ class ReviewerPool:
         """Read one message of `reviewer` and deliver its answer: None, or the
         error to send back (not an answer, or no review waits for its id)."""
         try:
-            answer = ReviewAnswer.model_validate_json(message)
+            # strict all the way down: a rewritten intent's mode 33188.0 is refused
+            answer = ReviewAnswer.model_validate_json(message, strict=True)
         except ValidationError as e:
             rid = _answer_id(message)
             if rid is not None and any(err["type"] == "base64_decode" for err in e.errors()):

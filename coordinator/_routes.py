@@ -41,6 +41,7 @@ from ._api import (
     ScopeOut,
     ScopesOut,
     SendRequest,
+    TakeRequest,
     TraceEntryOut,
     WriteRequest,
     b64,
@@ -112,7 +113,8 @@ def _result(r: Result) -> ResultOut:
 
 async def health(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    return _json(Health(snapshot=hub.c.trace.snapshot() or ""))
+    return _json(Health(snapshot=hub.c.trace.snapshot() or "",
+                        checkpoint=hub.c.trace.journal.deferred or "ok"))
 
 
 async def openapi_json(request: web.Request) -> web.Response:
@@ -136,7 +138,9 @@ async def dashboard(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    hub = request.app[HUB]
+    # Admin only: the samples name every scope (corral_layer_bytes{scope}).
+    hub, who = _ctx(request)
+    Tokens.require_admin(who)
     body = await asyncio.to_thread(generate_latest, hub.c.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -322,6 +326,7 @@ async def send(request: web.Request) -> web.Response:
 
 async def take_messages(request: web.Request) -> web.Response:
     _, _, scope = _scope(request)
+    await _body(request, TakeRequest)  # a malformed body leaves the inbox as it was
     return _json(MessagesOut(messages=scope.take_messages()))
 
 
@@ -452,8 +457,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/", dashboard, "The dashboard: scopes, the human gate, live events (HTML)",
           auth="none", tag="service", content_type="text/html"),
     Route("GET", "/openapi.json", openapi_json, "This document", auth="none", tag="service"),
-    Route("GET", "/metrics", metrics, "Prometheus metrics", auth="none", tag="service",
-          content_type="text/plain"),
+    Route("GET", "/metrics", metrics, "Prometheus metrics (they name every scope)",
+          auth="admin", tag="service", content_type="text/plain"),
     Route("GET", "/v1/scopes", list_scopes, "Live scopes the token may act on",
           response=ScopesOut),
     Route("GET", _S, get_scope, "One scope", response=ScopeOut),
@@ -485,7 +490,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", _S + "/send", send, "Send a message to another scope's inbox",
           body=SendRequest, response=ResultOut),
     Route("POST", _S + "/inbox/take", take_messages, "Take the messages received so far",
-          response=MessagesOut),
+          body=TakeRequest, response=MessagesOut),
     Route("POST", _S + "/inject", inject, "Supervisor: deliver a note into the inbox",
           body=InjectRequest, response=ResultOut, auth="admin", tag="supervisor"),
     Route("POST", _S + "/handoff", handoff,

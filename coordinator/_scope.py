@@ -393,6 +393,7 @@ class Scope:
         """The commit `rewind(to, steps=steps)` would go to now. Raises
         RewindError for a target before the fork point or off the branch,
         NotFound for an unknown commit."""
+        history.check_rewind(to, steps)
         self._check_live()
         return await self.runtime.io(history.rewind_target, self.runtime.trace, self.name,
                                      self.head, self.fork_point, to, steps)
@@ -402,15 +403,12 @@ class Scope:
     ) -> Result:
         """Move this scope back to an earlier commit of its branch: the workspace
         becomes exactly that commit's tree. Give `to` (a commit id) or `steps`
-        (effects back along the branch).
+        (effects back along the branch, at least 1).
 
-        Raises RewindError for a target before the fork point or off the branch,
+        Raises RewindError for steps below 1, a target before the fork point or off the branch,
         NotFound for an unknown commit.
         """
-        if (to is None) == (steps is None):
-            raise RewindError("give exactly one of `to` or `steps`")
-        if steps is not None and steps < 0:
-            raise RewindError("steps must be >= 0")
+        history.check_rewind(to, steps)
         async with self.effect_path.lock:
             self._check_live()
             return await history.rewind(self.effect_path, self.workspace.backing,

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 from pydantic import ValidationError
 
 from . import Coordinator
@@ -26,6 +27,7 @@ from ._api import BadRequest, ErrorOut
 from ._auth import AuthError, Forbidden, Tokens
 from ._errors import (
     CorralError,
+    DiskFull,
     ExecError,
     MergeError,
     NotFound,
@@ -36,6 +38,7 @@ from ._errors import (
     ScopeDiscarded,
     ScopeExists,
     StateError,
+    disk_full,
 )
 from ._gate import HumanGate
 from ._hub import API_ROUTES, HUB, Hub, ServerConfig
@@ -66,6 +69,7 @@ STATUS: dict[type[CorralError], int] = {
     MergeError: 409,
     StateError: 409,
     SandboxFailure: 500,
+    DiskFull: 507,
 }
 """The HTTP status of each error class (its nearest listed base class decides;
 500 for any other CorralError). The errors themselves know nothing of HTTP."""
@@ -85,13 +89,61 @@ def _error(status: int, error: str, detail: str,
     return web.Response(status=status, body=body.encode(), content_type="application/json")
 
 
+def _disk_full(request: web.Request, e: BaseException) -> web.Response:
+    log.warning("disk full on %s %s: %s", request.method, request.path, e)
+    return _error(507, "DiskFull",
+                  f"the state directory's disk is full ({e}): nothing was recorded or "
+                  "acknowledged; free space and retry")
+
+
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then end the connection: the rest of the body is not
+    read (it may never come, or be gigabytes), and aiohttp would otherwise wait
+    to drain it."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
+def _too_large(request: web.Request) -> web.HTTPRequestEntityTooLarge | None:
+    """A 413 for a request whose declared Content-Length passes the body limit,
+    before any of the body is read; None when it fits (or declares none)."""
+    limit = request.app[HUB].config.max_body
+    length = request.content_length
+    if length is None or length <= limit:
+        return None
+    return web.HTTPRequestEntityTooLarge(
+        max_size=limit, actual_size=length,
+        text=f"the request body ({length} bytes, by its Content-Length) passes the "
+             f"limit of {limit} bytes")
+
+
+async def expect_continue(request: web.Request) -> web.Response | None:
+    """The `Expect: 100-continue` answer: 413 at once for a body declared too large
+    (so the client never sends it), else aiohttp's own (100 Continue)."""
+    refused = _too_large(request)
+    if refused is None:
+        await _default_expect_handler(request)
+        return None
+    response = _error(413, "RequestEntityTooLarge", refused.text or "")
+    response.force_close()
+    return response
+
+
 @web.middleware
 async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
-    """Map every failure to a JSON error: CorralError by its class (STATUS), the
-    built-in file errors, validation errors (422; malformed JSON 400), aiohttp's
-    own HTTP errors (404 route, 405, 413 body too large). Anything else is a
-    bug: logged, and a 500 that says so."""
+    """Map every failure to a JSON error: CorralError by its class (STATUS), a full
+    disk (507, whatever raised it), the built-in file errors, validation errors
+    (422; malformed JSON 400), aiohttp's own HTTP errors (404 route, 405, 413 body
+    too large: refused by its Content-Length before it is read). Anything else
+    is a bug: logged, and a 500 that says so."""
     try:
+        refused = _too_large(request)
+        if refused is not None:
+            raise refused
         return await handler(request)
     except web.HTTPException as e:
         if e.status < 400:
@@ -99,14 +151,8 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
         response = _error(e.status, type(e).__name__.removeprefix("HTTP"), e.text or e.reason)
         if "Allow" in e.headers:  # 405 must say which methods are allowed (RFC 9110)
             response.headers["Allow"] = e.headers["Allow"]
-        if e.status == 408:
-            # The rest of the body may never come: answer, then end the connection
-            # (aiohttp would otherwise wait 10 s more for it to arrive).
-            response.force_close()
-            await response.prepare(request)
-            await response.write_eof()
-            if request.transport is not None:
-                request.transport.close()
+        if e.status in (408, 413):
+            return await _answer_and_close(request, response)
         return response
     except ValidationError as e:
         details = e.errors(include_url=False, include_context=False, include_input=False)
@@ -119,9 +165,13 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
     except SandboxFailure as e:
         if isinstance(e.cause, OSError) and e.cause.errno in _BAD_PATH_ERRNOS:
             return _error(400, "PathError", str(e))
+        if disk_full(e):
+            return _disk_full(request, e)
         log.exception("sandbox failure on %s %s", request.method, request.path)
         return _error(500, type(e).__name__, str(e))
     except CorralError as e:
+        if status_of(e) >= 500 and disk_full(e):
+            return _disk_full(request, e)
         status = status_of(e)
         if status >= 500:
             log.exception("error on %s %s", request.method, request.path)
@@ -133,9 +183,13 @@ async def errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
     except OSError as e:
         if e.errno in _BAD_PATH_ERRNOS:
             return _error(400, "PathError", str(e))
+        if disk_full(e):
+            return _disk_full(request, e)
         log.exception("OS error on %s %s", request.method, request.path)
         return _error(500, "InternalError", f"{type(e).__name__}: {e}")
     except Exception as e:
+        if disk_full(e):  # e.g. a pygit2 error quoting ENOSPC
+            return _disk_full(request, e)
         log.exception("unexpected error on %s %s", request.method, request.path)
         return _error(500, "InternalError", f"{type(e).__name__}: {e}")
 
@@ -177,7 +231,7 @@ def make_app(config: ServerConfig) -> web.Application:
     routes = (*ROUTES, *_extensions(app))
     app[API_ROUTES] = routes
     for r in routes:
-        app.router.add_route(r.method, r.path, r.handler)
+        app.router.add_route(r.method, r.path, r.handler, expect_handler=expect_continue)
     return app
 
 

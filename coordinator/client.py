@@ -334,8 +334,16 @@ class CorralClient:
         return r.content_b64
 
     async def metrics(self) -> str:
-        async with self.session.get(self.base_url + "/metrics") as resp:
-            return await resp.text()
+        """The Prometheus text of `/metrics` (needs the admin token)."""
+        async with self.session.get(self.base_url + "/metrics", headers=self._headers()) as resp:
+            text = await resp.text()
+            if resp.status >= 400:
+                try:
+                    payload: Any = json.loads(text)
+                except ValueError:
+                    payload = text
+                _raise(resp.status, payload)
+            return text
 
     # -- streams --------------------------------------------------------------
 

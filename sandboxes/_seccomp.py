@@ -21,8 +21,24 @@ Denied, always:
 - io_uring (its operations bypass this filter);
 - ioctl TIOCSTI and TIOCLINUX (pushing keystrokes into a terminal).
 
-Denied without network: socket(AF_UNIX, ...), so a command cannot connect to
-a Unix socket (socketpair, which pipes between its own processes use, stays).
+Denied without network (the command has its own network namespace, holding
+only its loopback):
+
+- socket() of any family but AF_INET, AF_INET6 and AF_NETLINK: no AF_UNIX
+  (a host Unix socket in a directory the command sees, e.g. a declared
+  toolchain directory, could be connected to: a read-only bind does not stop
+  a connect), no AF_VSOCK (the hypervisor's host), no AF_PACKET, AF_ALG...;
+- AF_NETLINK for every protocol but NETLINK_ROUTE (0): glibc's getaddrinfo and
+  getifaddrs use it, and in the private namespace it sees only the sandbox's
+  own interfaces; the others (audit, uevents, netfilter...) reach the host
+  kernel's shared state;
+- socketpair() but AF_UNIX SOCK_STREAM and SOCK_SEQPACKET (SOCK_NONBLOCK and
+  SOCK_CLOEXEC allowed): a datagram socketpair is unconnected enough to
+  `sendto` any path. Stream and seqpacket pairs are connected at birth, and
+  stay so after shutdown() or the peer's close, so Linux refuses a connect
+  (EISCONN) and an address on send (EISCONN/EOPNOTSUPP; seqpacket ignores it
+  and sends to the peer): Python's multiprocessing and asyncio and node's
+  pipes, which use them, keep working.
 """
 
 from __future__ import annotations
@@ -34,12 +50,13 @@ import struct
 __all__ = ["seccomp_filter"]
 
 # struct seccomp_data: int nr; u32 arch; u64 ip; u64 args[6]
-_NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24
+_NR, _ARCH, _ARG0, _ARG1, _ARG2 = 0, 4, 16, 24, 32
 
 _LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 _JGE = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 _JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+_AND = 0x54  # BPF_ALU | BPF_AND | BPF_K
 _RET = 0x06  # BPF_RET | BPF_K
 
 _KILL_PROCESS = 0x80000000
@@ -52,7 +69,10 @@ def _errno(e: int) -> int:
 
 _CLONE_NEW = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
-_AF_UNIX = 1
+_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK = 1, 2, 10, 16
+_NETLINK_ROUTE = 0
+_SOCK_STREAM, _SOCK_SEQPACKET = 1, 5
+_SOCK_FLAGS = 0x800 | 0x80000  # SOCK_NONBLOCK | SOCK_CLOEXEC (same on x86_64 and aarch64)
 
 # (audit arch, x32 bit or 0, syscall numbers by name)
 _ARCHES: dict[str, tuple[int, int, dict[str, int]]] = {
@@ -66,7 +86,7 @@ _ARCHES: dict[str, tuple[int, int, dict[str, int]]] = {
         "swapoff": 168, "syslog": 103, "acct": 163, "quotactl": 179, "vhangup": 153,
         "open_by_handle_at": 304, "ptrace": 101, "process_vm_readv": 310,
         "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "ioctl": 16, "socket": 41,
+        "io_uring_register": 427, "ioctl": 16, "socket": 41, "socketpair": 53,
     }),
     "aarch64": (0xC00000B7, 0, {
         "mount": 40, "umount2": 39, "pivot_root": 41, "open_tree": 428, "move_mount": 429,
@@ -78,11 +98,11 @@ _ARCHES: dict[str, tuple[int, int, dict[str, int]]] = {
         "swapoff": 225, "syslog": 116, "acct": 89, "quotactl": 60, "vhangup": 58,
         "open_by_handle_at": 265, "ptrace": 117, "process_vm_readv": 270,
         "process_vm_writev": 271, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "ioctl": 29, "socket": 198,
+        "io_uring_register": 427, "ioctl": 29, "socket": 198, "socketpair": 199,
     }),
 }
 _ENOSYS_CALLS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
-_SPECIAL = ("clone", "ioctl", "socket")
+_SPECIAL = ("clone", "ioctl", "socket", "socketpair")
 
 _Insn = tuple[int, int, int, int]
 
@@ -105,6 +125,62 @@ def _arg_block(nr: int, offset: int, tests: list[tuple[int, int]], deny: int) ->
     body.append(_stmt(_RET, _ALLOW))
     body.append(_stmt(_RET, _errno(deny)))
     return [_jump(_JEQ, nr, 0, len(body)), *body, _stmt(_LD_ABS, _NR)]
+
+
+_Asm = list[_Insn | tuple[int, int | str, int | str, int] | str]
+"""Instructions whose jump targets may be labels, and labels (a bare str)."""
+
+
+def _assemble(asm: _Asm) -> list[_Insn]:
+    """Resolve the labels of `asm` into relative jumps."""
+    at: dict[str, int] = {}
+    insns: list[tuple[int, int | str, int | str, int]] = []
+    for item in asm:
+        if isinstance(item, str):
+            at[item] = len(insns)
+        else:
+            insns.append(item)
+    out: list[_Insn] = []
+    for i, (code, jt, jf, k) in enumerate(insns):
+        t = at[jt] - i - 1 if isinstance(jt, str) else jt
+        f = at[jf] - i - 1 if isinstance(jf, str) else jf
+        assert 0 <= t < 256 and 0 <= f < 256, (t, f)
+        out.append((code, t, f, k))
+    return out
+
+
+def _socket_block(nr: int) -> list[_Insn]:
+    """socket() without network: AF_INET, AF_INET6 and NETLINK_ROUTE only."""
+    return _assemble([
+        (_JEQ, 0, "next", nr),
+        _stmt(_LD_ABS, _ARG0),
+        (_JEQ, "allow", 0, _AF_INET),
+        (_JEQ, "allow", 0, _AF_INET6),
+        (_JEQ, 0, "deny", _AF_NETLINK),
+        _stmt(_LD_ABS, _ARG2),
+        (_JEQ, "allow", "deny_protocol", _NETLINK_ROUTE),
+        "allow", _stmt(_RET, _ALLOW),
+        "deny", _stmt(_RET, _errno(errno.EAFNOSUPPORT)),
+        "deny_protocol", _stmt(_RET, _errno(errno.EPROTONOSUPPORT)),
+        "next", _stmt(_LD_ABS, _NR),
+    ])
+
+
+def _socketpair_block(nr: int) -> list[_Insn]:
+    """socketpair() without network: AF_UNIX SOCK_STREAM or SOCK_SEQPACKET only
+    (with SOCK_NONBLOCK or SOCK_CLOEXEC)."""
+    return _assemble([
+        (_JEQ, 0, "next", nr),
+        _stmt(_LD_ABS, _ARG0),
+        (_JEQ, 0, "deny", _AF_UNIX),
+        _stmt(_LD_ABS, _ARG1),
+        _stmt(_AND, ~_SOCK_FLAGS & 0xFFFFFFFF),
+        (_JEQ, "allow", 0, _SOCK_STREAM),
+        (_JEQ, "allow", "deny", _SOCK_SEQPACKET),
+        "allow", _stmt(_RET, _ALLOW),
+        "deny", _stmt(_RET, _errno(errno.EPERM)),
+        "next", _stmt(_LD_ABS, _NR),
+    ])
 
 
 def seccomp_filter(*, network: bool, machine: str | None = None) -> bytes:
@@ -132,6 +208,7 @@ def seccomp_filter(*, network: bool, machine: str | None = None) -> bytes:
     prog += _arg_block(nrs["clone"], _ARG0, [(_JSET, _CLONE_NEW)], errno.EPERM)
     prog += _arg_block(nrs["ioctl"], _ARG1, [(_JEQ, _TIOCSTI), (_JEQ, _TIOCLINUX)], errno.EPERM)
     if not network:
-        prog += _arg_block(nrs["socket"], _ARG0, [(_JEQ, _AF_UNIX)], errno.EAFNOSUPPORT)
+        prog += _socket_block(nrs["socket"])
+        prog += _socketpair_block(nrs["socketpair"])
     prog.append(_stmt(_RET, _ALLOW))
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
