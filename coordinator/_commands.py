@@ -8,7 +8,16 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from sandboxes import ExecResult, TreeTooDeep, Workspace, apply_changes, check_hidden
+import pygit2
+
+from sandboxes import (
+    ChangesTooLarge,
+    ExecResult,
+    TreeTooDeep,
+    Workspace,
+    apply_changes,
+    check_hidden,
+)
 
 from ._effect_path import INLINE_BYTES, ActInput, Done, Refused
 from ._effects import Exec, ExecOutcome, FileChange
@@ -20,7 +29,45 @@ from ._runtime import Runtime
 if TYPE_CHECKING:
     from ._trace import Trace
 
-__all__ = ["exec_intent", "run_command"]
+__all__ = ["HeadTree", "exec_intent", "run_command"]
+
+
+class HeadTree:
+    """A trace tree as the sandboxes' BaseTree: what a run compares a changed
+    file with, by blob id, instead of reading the workspace's old file.
+
+    Each directory is listed once, by iterating its tree object: no path is
+    handed to pygit2's lookups, which keep every name given (see _gitnames),
+    and a command writing 100k files costs one listing, not 100k lookups.
+    """
+
+    _TREE = 0o040000
+
+    def __init__(self, tree: pygit2.Tree) -> None:
+        self._dirs: dict[str, dict[str, pygit2.Object] | None] = {"": _listing(tree)}
+
+    def entry(self, path: str) -> tuple[int, str] | None:
+        """(git mode, blob id) of the file or symlink at `path`; None when there is none."""
+        parent, _, name = path.rpartition("/")
+        found = self._dir(parent)
+        obj = found.get(name) if found is not None else None
+        if obj is None or obj.filemode == self._TREE:
+            return None
+        return int(obj.filemode), str(obj.id)
+
+    def _dir(self, rel: str) -> dict[str, pygit2.Object] | None:
+        if rel in self._dirs:
+            return self._dirs[rel]
+        parent, _, name = rel.rpartition("/")
+        above = self._dir(parent)
+        obj = above.get(name) if above is not None else None
+        listing = _listing(obj) if isinstance(obj, pygit2.Tree) else None
+        self._dirs[rel] = listing
+        return listing
+
+
+def _listing(tree: pygit2.Tree) -> dict[str, pygit2.Object]:
+    return {obj.name: obj for obj in tree if obj.name is not None}
 
 
 def exec_intent(
@@ -64,7 +111,12 @@ async def run_command(rt: Runtime, workspace: Workspace, given: ActInput) -> Don
                 network=intent.network,
                 limits=rt.exec_limits,
                 toolchain=rt.toolchain,
+                base=HeadTree(trace.tree_of(given.head)),
             )
+        except ChangesTooLarge as e:
+            # the command ran, but recording it would hold more than the exec limit
+            raise ExecError(f"{e}, so none of its changes are applied (raise the exec "
+                            f"limit with `corral serve --limit {e.limit}=...`)", cause=e) from e
         except TreeTooDeep as e:
             # the command ran, but what it made cannot be recorded (nor even scanned)
             raise PathError(f"the command made a directory tree too deep to record, so "
@@ -106,12 +158,17 @@ def _store(trace: Trace, head: str, run: ExecResult
         except PathError as e:
             raise PathError(f"the command wrote a path that cannot be recorded, so "
                             f"none of its changes are applied: {e}", cause=e) from e
+    blobs: dict[bytes, str] = {}  # small contents written once: 100k empty files, one blob
+
+    def blob(data: bytes) -> str:
+        if len(data) > 64:
+            return trace.write_blob(data)
+        if data not in blobs:
+            blobs[data] = trace.write_blob(data)
+        return blobs[data]
+
     files = [
-        FileChange(
-            path=c.path,
-            blob=trace.write_blob(c.data) if c.data is not None else None,
-            mode=c.mode,
-        )
+        FileChange(path=c.path, blob=blob(c.data) if c.data is not None else None, mode=c.mode)
         for c in run.changes
     ]
     tracked, ignored = split_ignored(trace, head, files)

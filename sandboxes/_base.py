@@ -10,7 +10,9 @@ Errors::
     SandboxError                 base of everything raised here (.cause)
     ├── BackendUnavailable       the backend cannot run on this machine (.reason)
     ├── ExecUnavailable          no way to run a command isolated (bubblewrap missing)
-    └── TreeTooDeep              a command made a tree deeper than MAX_SCAN_DEPTH (.path)
+    ├── TreeTooDeep              a command made a tree deeper than MAX_SCAN_DEPTH (.path)
+    └── ChangesTooLarge          a command changed more than Limits.changed_bytes or
+                                 changed_files allow (.limit, .allowed, .found)
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import ClassVar, Literal, Protocol
 __all__ = [
     "Backend",
     "BackendUnavailable",
+    "BaseTree",
     "Change",
+    "ChangesTooLarge",
     "ExecResult",
     "ExecUnavailable",
     "Interceptor",
@@ -79,6 +83,19 @@ class TreeTooDeep(SandboxError):
         self.path = path
 
 
+class ChangesTooLarge(SandboxError):
+    """A command left more changes than its Limits let the coordinator record:
+    `.limit` names the field ("changed_bytes" or "changed_files"), `.allowed` is
+    its value and `.found` what the command's layer held (at least), both
+    measured from lstat before anything was read."""
+
+    def __init__(self, limit: str, allowed: int, found: int, what: str) -> None:
+        super().__init__(f"the command changed {what}: more than Limits.{limit} = {allowed}")
+        self.limit = limit
+        self.allowed = allowed
+        self.found = found
+
+
 _MiB = 1024 * 1024
 
 
@@ -104,6 +121,14 @@ class Limits:
     """Bytes of the command's private /tmp."""
     open_files: int = 4096
     """Open file descriptors per process (RLIMIT_NOFILE)."""
+    changed_bytes: int = 1024 * _MiB
+    """Bytes of changed files the coordinator reads (and holds) to record one
+    command; a file counts its apparent size (st_size, what reading it yields)
+    and, apart, its allocated size (st_blocks * 512): a sparse file costs the
+    command nothing on disk but its whole length to record."""
+    changed_files: int = 100_000
+    """Files, symlinks and deletions one command may leave to record (and as many
+    directories, counted apart)."""
 
 
 _UNITS = {"": 1, "K": 1024, "M": _MiB, "G": 1024 * _MiB}
@@ -183,6 +208,16 @@ class MutationIntent:
     """rename: the destination; link: the existing file linked to; symlink: the link's content."""
 
 
+class BaseTree(Protocol):
+    """The tree a workspace holds as its owner recorded it (the trace's head tree):
+    a run compares a changed file with it by content id, so it never reads the
+    old file through a path the command could have redirected."""
+
+    def entry(self, path: str, /) -> tuple[int, str] | None:
+        """(git mode, git blob id as 40 hex digits) of the file or symlink at
+        `path` (POSIX, relative); None when the tree holds none there."""
+
+
 class Interceptor(Protocol):
     """What an intercepting workspace calls, from its own threads (blocking calls).
 
@@ -226,6 +261,7 @@ class Workspace(abc.ABC):
         network: bool = False,
         limits: Limits | None = None,
         toolchain: Sequence[Path] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         """Run `argv` in a throwaway child layer over this workspace, seen at
         /workspace/repo, in the sandbox `run_isolated` describes (unprivileged,
@@ -233,8 +269,12 @@ class Workspace(abc.ABC):
         `limits`, killed at `timeout`; `toolchain` directories shown read-only).
 
         Returns the result with the changes the command made; `self.path` is
-        untouched. Raises ExecUnavailable when isolation is impossible here,
-        ValueError for a timeout past `limits.timeout_max`.
+        untouched. A changed file equal to its entry in `base` (or, for a path
+        `base` lacks or without `base`, to the file in `self.path`, read without
+        following anything) is no change. Raises ExecUnavailable when isolation
+        is impossible here, ValueError for a timeout past `limits.timeout_max`,
+        ChangesTooLarge past `limits.changed_bytes` or `changed_files` (nothing
+        of the command's files read), TreeTooDeep past MAX_SCAN_DEPTH.
         """
 
     @abc.abstractmethod

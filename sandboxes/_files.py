@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ._base import MAX_SCAN_DEPTH, MODE_EXEC, MODE_FILE, MODE_LINK, Change, TreeTooDeep
+from ._safe import lstat_beneath, open_beneath, open_root, read_regular, scan
 
 __all__ = [
     "apply_changes",
@@ -53,32 +54,34 @@ def read_entry(path: Path, st: os.stat_result | None = None) -> Entry | None:
 
 
 def leaves(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
-    """Every file and symlink at or below `root/rel` (symlinks not followed), as
-    (POSIX path relative to `root`, lstat result). Nothing when absent. Raises
-    TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH."""
+    """Every file and symlink at or below `root/rel`, as (POSIX path relative to
+    `root`, lstat result), found without following a symlink at any component
+    (`_safe.scan`): a symlinked directory is one leaf, never a way out. Nothing
+    when absent. Raises TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH."""
     try:
-        st = os.lstat(root / rel) if rel else os.lstat(root)
+        root_fd = open_root(root)
     except (FileNotFoundError, NotADirectoryError):
         return
-    if not stat.S_ISDIR(st.st_mode):
-        if rel and git_mode(st) is not None:
-            yield rel, st
-        return
-    stack = [rel]
-    while stack:
-        current = stack.pop()
+    try:
+        st = lstat_beneath(root_fd, rel) if rel else os.fstat(root_fd)
+        if st is None:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            if rel and git_mode(st) is not None:
+                yield rel, st
+            return
+        fd = open_beneath(root_fd, rel, os.O_RDONLY | os.O_DIRECTORY) if rel else root_fd
         try:
-            entries = list(os.scandir(root / current))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            sub = f"{current}/{entry.name}" if current else entry.name
-            est = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(est.st_mode):
-                check_depth(sub)
-                stack.append(sub)
-            elif git_mode(est) is not None:
-                yield sub, est
+            for d in scan(fd):
+                prefix = f"{rel}/{d.rel}" if rel and d.rel else rel or d.rel
+                for name, est in d.entries:
+                    if not stat.S_ISDIR(est.st_mode) and git_mode(est) is not None:
+                        yield (f"{prefix}/{name}" if prefix else name), est
+        finally:
+            if fd != root_fd:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
 
 
 def check_depth(rel: str) -> None:
@@ -107,12 +110,24 @@ def remove_tree(path: Path) -> None:
 
 
 def snapshot_files(root: Path) -> dict[str, Entry]:
-    """Every tracked file below `root`: POSIX relative path -> (git mode, data)."""
+    """Every tracked file below `root`: POSIX relative path -> (git mode, data),
+    read without following a symlink at any component (no size bound: for
+    trees the caller made, not a command's layer)."""
     out = {}
-    for rel, st in leaves(root):
-        entry = read_entry(root / rel, st)
-        if entry is not None:
-            out[rel] = entry
+    root_fd = open_root(root)
+    try:
+        for d in scan(root_fd):
+            for name, st in d.entries:
+                rel = f"{d.rel}/{name}" if d.rel else name
+                mode = git_mode(st)
+                if mode == MODE_LINK:
+                    out[rel] = mode, os.fsencode(os.readlink(name, dir_fd=d.fd))
+                elif mode is not None:
+                    data = read_regular(d.fd, name, st, 1 << 62)
+                    if data is not None:
+                        out[rel] = mode, data
+    finally:
+        os.close(root_fd)
     return dict(sorted(out.items()))
 
 

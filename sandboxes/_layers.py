@@ -15,10 +15,13 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._base import Change
-from ._files import check_depth, leaves, read_entry, remove_path
+from ._base import BaseTree, Change, Limits
+from ._files import remove_path
+from ._record import Recorder
+from ._safe import open_dir, open_root, scan
 
-__all__ = ["copy_layer", "is_opaque", "is_whiteout", "squash_layers", "upper_changes"]
+__all__ = ["copy_layer", "is_opaque", "is_opaque_at", "is_whiteout", "squash_layers",
+           "upper_changes"]
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
 
@@ -38,51 +41,88 @@ def is_opaque(path: Path) -> bool:
         raise
 
 
-def upper_changes(upper: Path, lower: Path) -> list[Change]:
+def is_opaque_at(dir_fd: int, name: str) -> bool:
+    """is_opaque of the entry `name` of the directory open at `dir_fd` (not followed)."""
+    return is_opaque(Path(f"/proc/self/fd/{dir_fd}/{name}"))
+
+
+def upper_changes(upper: Path, lower: Path, base: BaseTree | None = None,
+                  limits: Limits | None = None) -> list[Change]:
     """The changes an upper layer makes to the merged tree `lower` below it.
 
-    Files are compared with `lower`, so a copy-up that kept the content and
-    mode (e.g. `touch`) is no change. Returns the changes sorted by path.
-    Raises TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH.
+    A file equal to the old one (`base`'s entry, else `lower`'s file: see
+    Recorder.unchanged) is no change, so a copy-up that kept the content and
+    mode (e.g. `touch`) is none. Nothing is followed in either tree, and the
+    whole upper is counted from lstat before any file is read. Returns the
+    changes sorted by path. Raises ChangesTooLarge past `limits`' changed_bytes
+    or changed_files, TreeTooDeep on a directory deeper than MAX_SCAN_DEPTH.
     """
-    out: dict[str, Change] = {}
+    limits = limits or Limits()
+    up = open_root(upper)
+    try:
+        with Recorder(lower, base, limits) as rec:
+            dirs, opaque = _survey(up, rec)
+            out: dict[str, Change] = {}
+            for rel, entries in dirs:
+                _record_dir(up, rel, entries, opaque, rec, out)
+    finally:
+        os.close(up)
+    return [out[k] for k in sorted(out)]
 
-    def delete_below(rel: str) -> None:
-        for sub, _ in leaves(lower, rel):
-            out[sub] = Change(sub, None)
 
-    stack = [""]
-    while stack:
-        current = stack.pop()
-        for entry in os.scandir(upper / current):
-            rel = f"{current}/{entry.name}" if current else entry.name
-            st = entry.stat(follow_symlinks=False)
-            try:
-                below: os.stat_result | None = os.lstat(lower / rel)
-            except (FileNotFoundError, NotADirectoryError):
-                below = None
+Listing = list[tuple[str, list[tuple[str, os.stat_result]]]]
+
+
+def _survey(up: int, rec: Recorder) -> tuple[Listing, set[str]]:
+    """Every directory of the upper with its entries, each counted against the
+    budget (before anything is read), and the opaque directories among them."""
+    dirs: Listing = []
+    opaque = set()
+    for d in scan(up):
+        for name, st in d.entries:
+            rec.budget.count(st)
+            if stat.S_ISDIR(st.st_mode) and is_opaque_at(d.fd, name):
+                opaque.add(f"{d.rel}/{name}" if d.rel else name)
+        dirs.append((d.rel, d.entries))
+    return dirs, opaque
+
+
+def _record_dir(up: int, current: str, entries: list[tuple[str, os.stat_result]],
+                opaque: set[str], rec: Recorder, out: dict[str, Change]) -> None:
+    """Add to `out` the changes of one upper directory's entries (its
+    subdirectories' own entries come with their turn)."""
+    ws_dir = rec.workspace_dir(current)
+    up_dir: int | None = None
+    try:
+        for name, st in entries:
+            rel = f"{current}/{name}" if current else name
+            below = rec.workspace_stat(ws_dir, name)
             below_is_dir = below is not None and stat.S_ISDIR(below.st_mode)
             if is_whiteout(st):
-                delete_below(rel)
+                out.update((sub, Change(sub, None)) for sub in rec.workspace_files(rel))
             elif stat.S_ISDIR(st.st_mode):
-                if below is not None and (not below_is_dir or is_opaque(Path(entry.path))):
+                if below is not None and (not below_is_dir or rel in opaque):
                     # replaced file or replaced directory: the old content goes;
-                    # files written below are added when the walk gets there
-                    delete_below(rel)
-                check_depth(rel)  # TreeTooDeep rather than paths past PATH_MAX
-                stack.append(rel)
+                    # files written below are added when their directory's turn comes
+                    out.update((sub, Change(sub, None)) for sub in rec.workspace_files(rel))
             else:
-                new = read_entry(Path(entry.path), st)
+                if up_dir is None:
+                    up_dir = open_dir(up, current)
+                    if up_dir is None:
+                        return  # swapped away since the survey: nothing of it is read
+                new = rec.new_entry(up_dir, name, st)
                 if new is None:
                     continue  # fifo, socket, device: git cannot hold them
                 if below_is_dir:
-                    delete_below(rel)
-                old = read_entry(lower / rel, below) if below is not None else None
-                if old == new:
+                    out.update((sub, Change(sub, None)) for sub in rec.workspace_files(rel))
+                if rec.unchanged(rel, new, ws_dir, below):
                     out.pop(rel, None)
                 else:
                     out[rel] = Change(rel, new[1], new[0])
-    return [out[k] for k in sorted(out)]
+    finally:
+        for fd in (ws_dir, up_dir):
+            if fd is not None:
+                os.close(fd)
 
 
 def copy_layer(src: Path, dst: Path) -> None:

@@ -11,14 +11,16 @@ import itertools
 import os
 import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, Change, ExecResult, Limits, SandboxError, Workspace
+from ._base import Backend, BaseTree, Change, ExecResult, Limits, SandboxError, Workspace
 from ._exec import run_isolated, sandbox_idmap
-from ._files import ensure_base, leaves, read_entry, remove_tree
+from ._files import ensure_base, leaves, remove_tree
 from ._mount import idmapped_tree, mount_tmpfs, move_tree
+from ._record import Recorder
+from ._safe import open_dir, open_root
 from ._scratch import clear_exec_base, scratch_dir
 
 __all__ = ["CopyBackend"]
@@ -61,6 +63,7 @@ class CopyWorkspace(Workspace):
         network: bool = False,
         limits: Limits | None = None,
         toolchain: Sequence[Path] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         """Run `argv` in a scratch copy of this workspace; returns its changes
         (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
@@ -76,7 +79,7 @@ class CopyWorkspace(Workspace):
                 shown, argv, timeout=timeout, env=env, network=network, hide=[backend.root],
                 limits=limits, toolchain=toolchain, tmp=tmp,
             )
-            changes = _diff(self.path, copy, before)
+            changes = _diff(self.path, copy, before, base, limits)
         return ExecResult(
             returncode=done.returncode,
             stdout=done.stdout,
@@ -133,21 +136,51 @@ def _scratch_copy(source: Path, scratch: Path, limits: Limits) -> tuple[Path, Pa
     return copy, shown, tmp
 
 
-def _diff(old: Path, new: Path, before: dict[str, tuple[int, int]]) -> list[Change]:
+def _diff(old: Path, new: Path, before: dict[str, tuple[int, int]],
+          base: BaseTree | None, limits: Limits) -> list[Change]:
     """Changes turning `old` into `new`; `before` holds (inode, ctime) of `new`'s
-    files when they still equalled `old`'s."""
-    out: dict[str, Change] = {}
+    files when they still equalled `old`'s. Neither tree is followed; the
+    changed files are counted from lstat before any is read (see upper_changes).
+    Raises ChangesTooLarge, TreeTooDeep."""
+    changed: list[tuple[str, os.stat_result]] = []
     seen = set()
-    for rel, st in leaves(new):
-        seen.add(rel)
-        if before.get(rel) == (st.st_ino, st.st_ctime_ns):
-            continue
-        entry = read_entry(new / rel, st)
-        if entry is not None and entry != read_entry(old / rel):
-            out[rel] = Change(rel, entry[1], entry[0])
-    for rel in before.keys() - seen:
-        out[rel] = Change(rel, None)
+    with Recorder(old, base, limits) as rec:
+        for rel, st in leaves(new):
+            seen.add(rel)
+            if before.get(rel) != (st.st_ino, st.st_ctime_ns):
+                rec.budget.count(st)
+                changed.append((rel, st))
+        gone = before.keys() - seen
+        rec.budget.count_deletions(len(gone))
+        out = {rel: Change(rel, None) for rel in gone}
+        new_fd = open_root(new)
+        try:
+            # leaves() gives a directory's files together: one pair of fds per directory
+            for parent, group in itertools.groupby(changed, lambda c: c[0].rpartition("/")[0]):
+                _record_group(rec, new_fd, parent, group, out)
+        finally:
+            os.close(new_fd)
     return [out[k] for k in sorted(out)]
+
+
+def _record_group(rec: Recorder, new_fd: int, parent: str,
+                  group: Iterable[tuple[str, os.stat_result]], out: dict[str, Change]) -> None:
+    new_dir, ws_dir = open_dir(new_fd, parent), rec.workspace_dir(parent)
+    try:
+        if new_dir is None:
+            return  # swapped away since the scan: nothing of it is read
+        for rel, st in group:
+            name = rel.rpartition("/")[2]
+            entry = rec.new_entry(new_dir, name, st)
+            if entry is None:
+                continue
+            below = rec.workspace_stat(ws_dir, name)
+            if not rec.unchanged(rel, entry, ws_dir, below):
+                out[rel] = Change(rel, entry[1], entry[0])
+    finally:
+        for fd in (new_dir, ws_dir):
+            if fd is not None:
+                os.close(fd)
 
 
 class CopyBackend(Backend):

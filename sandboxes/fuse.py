@@ -30,7 +30,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, ExecResult, Interceptor, Limits, SandboxError, Workspace
+from ._base import (
+    Backend,
+    BaseTree,
+    ExecResult,
+    Interceptor,
+    Limits,
+    SandboxError,
+    Workspace,
+)
 from ._files import remove_tree
 from ._mount import MountError, is_busy, umount
 from .overlay import OverlayBackend, OverlayWorkspace
@@ -144,12 +152,13 @@ class FuseWorkspace(Workspace):
         network: bool = False,
         limits: Limits | None = None,
         toolchain: Sequence[Path] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         """The overlay workspace's transactional run, on the backing tree (the throwaway
         layer sits on the hidden overlay, so nothing in it is intercepted)."""
         self._check_live()
         result = self._inner.run(argv, timeout=timeout, env=env, network=network,
-                                 limits=limits, toolchain=toolchain)
+                                 limits=limits, toolchain=toolchain, base=base)
         return ExecResult(
             returncode=result.returncode, stdout=result.stdout, stderr=result.stderr,
             changes=result.changes, timed_out=result.timed_out, duration_s=result.duration_s,

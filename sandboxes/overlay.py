@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ._base import Backend, ExecResult, Limits, SandboxError, Workspace
+from ._base import Backend, BaseTree, ExecResult, Limits, SandboxError, Workspace
 from ._exec import SANDBOX_UID, run_isolated, sandbox_idmap
 from ._files import ensure_base, leaves, remove_tree
 from ._layers import copy_layer, squash_layers, upper_changes
@@ -159,6 +159,7 @@ class OverlayWorkspace(Workspace):
         network: bool = False,
         limits: Limits | None = None,
         toolchain: Sequence[Path] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         """Run `argv` in a throwaway overlay over this workspace's layers; returns its
         changes (see Workspace.run). Raises ExecUnavailable without bubblewrap."""
@@ -177,7 +178,7 @@ class OverlayWorkspace(Workspace):
                         merged, argv, timeout=timeout, env=env, network=network,
                         hide=[backend.root], limits=limits, toolchain=toolchain, tmp=tmp,
                     )
-                    changes = upper_changes(upper, self.path)
+                    changes = upper_changes(upper, self.path, base, limits)
                 finally:
                     _umount_quietly(merged)
         finally:
