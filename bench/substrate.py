@@ -37,13 +37,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from coordinator import ConflictGuard, Coordinator, ExecOutcome, Scope, allow_all
+from sandboxes import run_bare_bwrap
 
 from ._synth import CheckoutSpec, checkout, parse_size, source_paths
 
 __all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "render", "run", "run_async"]
 
 OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead",
-       "tree_diff_16k", "tree_diff_16k_full")
+       "exec_cold", "spawn", "bwrap_bare", "tree_diff_16k", "tree_diff_16k_full")
 """Every operation the report holds, per size, in table order."""
 
 FUSE_OPS = (
@@ -86,6 +87,10 @@ TARGETS: dict[str, Target] = {
 }
 FORK_FLATNESS = 1.5
 """Target for fork(3GB) / fork(10MB)."""
+EXEC_OVER_SPAWN = 2.0
+"""Target for exec(['true']) (warm) / a plain subprocess spawn of `true`."""
+EXEC_OVER_BWRAP = 0.5
+"""Target for exec(['true']) (warm) / a bare bwrap spawn of `true` with the same flags."""
 
 Clock = Callable[[], Awaitable[object]]
 
@@ -226,21 +231,44 @@ class _Size:
             self.tick()
 
     async def exec(self) -> None:
+        """`exec(['true'])` through Scope.exec, warm (the scope's sandbox kept
+        alive) and cold (a new bubblewrap per command), interleaved with its
+        floors: a plain subprocess spawn and a bare bwrap with the same flags."""
         scope = await self.root.fork("x")
-        await scope.exec(["true"])  # warm: first bwrap start pays page cache misses
-        plain: list[float] = []
-        for _ in range(self.runs):
-            t = time.perf_counter()
-            subprocess.run(["true"], check=True)
-            plain.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            await scope.exec(["true"])
-            self.samples["exec"].append(time.perf_counter() - t)
-            self.tick()
-        base = statistics.median(plain)
+        cold = await self.root.fork("x-cold")
+        was = os.environ.get("CORRAL_WARM_SANDBOX")
+        os.environ["CORRAL_WARM_SANDBOX"] = "0"  # read at a workspace's first command
+        try:
+            await cold.exec(["true"])
+        finally:
+            if was is None:
+                del os.environ["CORRAL_WARM_SANDBOX"]
+            else:
+                os.environ["CORRAL_WARM_SANDBOX"] = was
+        await scope.exec(["true"])  # warm: the first command starts the sandbox
+        empty = Path(tempfile.mkdtemp(prefix="corral-bench-bwrap-"))
+        try:
+            for _ in range(self.runs):
+                t = time.perf_counter()
+                subprocess.run(["true"], check=True)
+                self.samples["spawn"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await asyncio.to_thread(run_bare_bwrap, empty, ["true"])
+                self.samples["bwrap_bare"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await scope.exec(["true"])
+                self.samples["exec"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await cold.exec(["true"])
+                self.samples["exec_cold"].append(time.perf_counter() - t)
+                self.tick()
+        finally:
+            shutil.rmtree(empty, ignore_errors=True)
+        base = statistics.median(self.samples["spawn"])
         self.samples["exec_overhead"] = [max(0.0, s - base) for s in self.samples["exec"]]
         self.plain_ms = round(base * 1e3, 3)
         await scope.discard()
+        await cold.discard()
 
 
 async def _bench_size(
@@ -444,6 +472,11 @@ async def run_async(
         "ratios": {},
     }
     report["targets"]["fork_flatness"] = {"ratio": FORK_FLATNESS, "note": "fork(3GB)/fork(10MB)"}
+    report["targets"]["exec_over_spawn"] = {"ratio": EXEC_OVER_SPAWN,
+                                            "note": "exec(['true']) warm / subprocess spawn"}
+    report["targets"]["exec_over_bwrap"] = {"ratio": EXEC_OVER_BWRAP,
+                                            "note": "exec(['true']) warm / bare bwrap spawn"}
+    report["machine"]["load_before"] = [round(x, 2) for x in os.getloadavg()]
     for spec in specs:
         t = time.perf_counter()
         repo = await asyncio.to_thread(checkout, spec, cache, progress=progress)
@@ -460,6 +493,13 @@ async def run_async(
     forks = {name: r["ops"]["fork"]["median_ms"] for name, r in report["sizes"].items()}
     if "3GB" in forks and "10MB" in forks and forks["10MB"] > 0:
         report["ratios"]["fork_3GB_over_10MB"] = round(forks["3GB"] / forks["10MB"], 3)
+    for name, r in report["sizes"].items():
+        ops = r["ops"]
+        exec_ms = ops["exec"]["median_ms"]
+        for key, floor in (("exec_over_spawn", "spawn"), ("exec_over_bwrap", "bwrap_bare")):
+            if ops[floor]["median_ms"] > 0:
+                report["ratios"][f"{key}_{name}"] = round(exec_ms / ops[floor]["median_ms"], 3)
+    report["machine"]["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return report
 
 
@@ -521,6 +561,16 @@ def render(report: dict[str, Any]) -> Table:
     if ratio is not None:
         table.add_row("3GB/10MB", "fork ratio", f"{ratio:.2f}x", "", f"≤ {FORK_FLATNESS:g}x",
                       _mark(ratio, FORK_FLATNESS))
+    for name in report["sizes"]:
+        for key, target, what in (("exec_over_spawn", EXEC_OVER_SPAWN, "exec / spawn"),
+                                  ("exec_over_bwrap", EXEC_OVER_BWRAP, "exec / bare bwrap")):
+            value = report["ratios"].get(f"{key}_{name}")
+            if value is not None:
+                table.add_row(name, what, f"{value:.2f}x", "", f"≤ {target:g}x",
+                              _mark(value, target))
+    load = machine.get("load_before"), machine.get("load_after")
+    if all(load):
+        table.caption = f"load average before {load[0]}, after {load[1]}"
     return table
 
 

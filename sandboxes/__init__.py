@@ -27,7 +27,7 @@ from ._base import (
     parse_limits,
 )
 from ._choose import backends, choose_backend
-from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env
+from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env, run_bare_bwrap
 from ._files import Entry, apply_changes, leaves, read_entry, snapshot_files
 from .copy import CopyBackend
 from .fuse import FuseBackend
@@ -65,5 +65,6 @@ __all__ = [
     "leaves",
     "parse_limits",
     "read_entry",
+    "run_bare_bwrap",
     "snapshot_files",
 ]

@@ -45,6 +45,7 @@ __all__ = [
     "Completed",
     "check_hidden",
     "default_env",
+    "run_bare_bwrap",
     "run_isolated",
     "sandbox_idmap",
     "sandbox_path",
@@ -178,7 +179,12 @@ def _system_binds() -> tuple[str, ...]:
 def check_hidden(hidden: Path, toolchain: Sequence[Path] = ()) -> None:
     """Raise ValueError when a command would see `hidden` (the state directory):
     when it lies in a system directory commands see, or overlaps a toolchain
-    directory."""
+    directory. (Every exec asks; a pair that passed once is not checked again.)"""
+    _check_hidden(Path(hidden), tuple(Path(t) for t in toolchain))
+
+
+@functools.lru_cache(maxsize=64)
+def _check_hidden(hidden: Path, toolchain: tuple[Path, ...]) -> None:
     hidden = hidden.resolve()
     for name in _SYSTEM:
         top = Path("/") / name
@@ -379,3 +385,23 @@ def _is_setup_error(stderr: bytes) -> bool:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_bare_bwrap(repo: Path, argv: Sequence[str], *, network: bool = False) -> int:
+    """Run `argv` under bubblewrap alone, with the flags a command gets (the same
+    namespaces, host view, seccomp filter, /tmp and /dev/shm tmpfs), but no uid
+    drop, rlimits, cgroup or launcher: the floor the benchmarks hold `exec`
+    against. Returns the exit code. Raises ExecUnavailable without bwrap."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, _filter(network))
+        os.close(write_fd)
+        write_fd = -1
+        args = _bwrap_args(repo, None, network, Limits(), (), read_fd, default_env())
+        return subprocess.run([*args, "--", *argv], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={}, pass_fds=(read_fd,), cwd="/", check=False).returncode
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)

@@ -1,7 +1,7 @@
 """The launcher: a small program that lives inside a warm sandbox and forks each
 command on request (see `_warm`). It runs there as the sandbox user, under the
-sandbox's seccomp filter, with `python3 -I -S /proc/self/fd/N corral-launcher FD` (this file's
-text comes through the pipe N); it
+sandbox's seccomp filter, with `python3 -I -S -c <bootstrap> N FD` (the bootstrap reads this
+file's text from the pipe N); it
 imports only the standard library and nothing of Corral.
 
 The protocol, over the SOCK_SEQPACKET socket FD (one message each):

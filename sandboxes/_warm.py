@@ -27,6 +27,7 @@ import array
 import contextlib
 import functools
 import json
+import logging
 import os
 import secrets
 import selectors
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -56,9 +58,20 @@ from ._mount import MountError, bind_mount, make_shared, mount_tmpfs, umount
 
 __all__ = ["SandboxPool", "WarmSandbox", "available"]
 
+log = logging.getLogger("corral.sandboxes")
+
+MAX_WARM = int(os.environ.get("CORRAL_WARM_SANDBOXES", "32"))
+"""Warm sandboxes one process keeps at most (each holds ~6 MB: a Python launcher,
+its forked next child, two bwrap processes); past it the least recently used
+idle one is stopped, and its workspace starts a new one at its next command.
+Override with $CORRAL_WARM_SANDBOXES (read at import)."""
+
 _START_TIMEOUT = 15.0
 """Seconds a new sandbox has to say it is ready."""
 _LAUNCHER_SOURCE = (Path(__file__).parent / "_launcher.py").read_text()
+_BOOTSTRAP = ("import os, sys; exec(compile(b''.join(iter(lambda: os.read(int(sys.argv[1]), "
+              "65536), b'')), 'corral-launcher', 'exec'))")
+"""What `python3 -c` runs: the launcher's source, read from the pipe fd argv[1]."""
 _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _DIED = -1
 """The status of a command whose launcher died under it."""
@@ -117,6 +130,7 @@ class WarmSandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
         self._group: CommandGroup | None = None
+        self._launcher: int | None = None
         python, binds = _interpreter()
         slot.mkdir(mode=0o711)
         for d in ("repo", "tmp", "shm"):
@@ -128,13 +142,14 @@ class WarmSandbox:
         except BaseException:
             self.close()
             raise
+        _recent.admit(self)
 
     def _start(self, python: str, binds: Sequence[str], limits: Limits) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._ctl = ours
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         seccomp_r, seccomp_w = os.pipe()
-        # the launcher's source comes through a pipe, so /proc shows it by name
+        # the launcher's source comes through a pipe: /proc shows a short command line
         source_r, source_w = os.pipe()
         try:
             os.write(seccomp_w, _filter(self.network))
@@ -149,8 +164,8 @@ class WarmSandbox:
             args[cut:cut] = [*binds]
             drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
                      "--clear-groups", "--"] if os.geteuid() == 0 else [])
-            cmd = [*drop, *args, "--", python, "-I", "-S", f"/proc/self/fd/{source_r}",
-                   "corral-launcher", str(theirs.fileno())]
+            cmd = [*drop, *args, "--", python, "-I", "-S", "-c", _BOOTSTRAP, str(source_r),
+                   str(theirs.fileno())]
             self._proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE, env={}, start_new_session=True,
@@ -161,9 +176,12 @@ class WarmSandbox:
                     os.close(fd)
             theirs.close()
         ready = self._receive(time.monotonic() + _START_TIMEOUT)
-        if ready is None or "ready" not in ready[0]:
+        if ready is None or "ready" not in ready[0] or ready[1] is None:
             err = self._stderr()
             raise ExecUnavailable(f"the warm sandbox did not start: {err or 'no answer'}")
+        # a handle on the launcher, to see the sandbox's processes gone at close
+        with contextlib.suppress(OSError):
+            self._launcher = os.pidfd_open(ready[1])
 
     def _stderr(self) -> str:
         proc = self._proc
@@ -204,6 +222,7 @@ class WarmSandbox:
         with self._lock:
             if not self.alive:
                 raise WarmUnavailable("the warm sandbox is gone")
+            _recent.touch(self)
             group = self._command_group(limits)
             mounted: list[Path] = []
             try:
@@ -341,14 +360,35 @@ class WarmSandbox:
                          duration, truncated)
 
     def _kill(self) -> None:
+        """SIGKILL bubblewrap and wait (up to a second) until the launcher is gone:
+        the sandbox's pid namespace, and every process in it, ends with it."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if self._launcher is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._launcher, signal.SIGKILL)
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._launcher, selectors.EVENT_READ)
+                sel.select(timeout=1.0)  # readable once the process has exited
+            os.close(self._launcher)
+            self._launcher = None
+
+    def try_close(self) -> bool:
+        """Close unless a command is running; True when closed."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self.close()
+        finally:
+            self._lock.release()
+        return True
 
     def close(self) -> None:
         """Stop the sandbox and remove its slot. Idempotent."""
+        _recent.forget(self)
         self._kill()
         if self._group is not None:
             self._group.close()
@@ -364,6 +404,40 @@ class WarmSandbox:
         shutil.rmtree(self._slot, ignore_errors=True)
 
 
+class _Recent:
+    """The process's live warm sandboxes, least recently used first (MAX_WARM)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._boxes: OrderedDict[int, WarmSandbox] = OrderedDict()
+
+    def admit(self, box: WarmSandbox) -> None:
+        with self._lock:
+            self._boxes[id(box)] = box
+            over = len(self._boxes) - MAX_WARM
+            candidates = [b for b in self._boxes.values() if b is not box][:max(over, 0) * 2]
+        for old in candidates:
+            if over <= 0:
+                break
+            if old.try_close():
+                over -= 1
+
+    def touch(self, box: WarmSandbox) -> None:
+        with self._lock:
+            if id(box) in self._boxes:
+                self._boxes.move_to_end(id(box))
+
+    def forget(self, box: WarmSandbox) -> None:
+        with self._lock:
+            self._boxes.pop(id(box), None)
+
+    def __len__(self) -> int:
+        return len(self._boxes)
+
+
+_recent = _Recent()
+
+
 def _umount(point: Path) -> None:
     try:
         umount(point)
@@ -377,10 +451,16 @@ def new_slot(base: Path) -> Path:
     return base / f"w{secrets.token_hex(8)}"
 
 
-@functools.cache
 def _why_cold() -> str | None:
+    """Why a new workspace's commands run cold, or None ($CORRAL_WARM_SANDBOX=0
+    turns warm sandboxes off; read when a workspace runs its first command)."""
     if os.environ.get("CORRAL_WARM_SANDBOX", "1") == "0":
         return "warm sandboxes are off ($CORRAL_WARM_SANDBOX=0)"
+    return _unavailable()
+
+
+@functools.cache
+def _unavailable() -> str | None:
     return available(Limits())
 
 
@@ -423,9 +503,10 @@ class SandboxPool:
                 return box.run(repo, argv, timeout=timeout, env=env, limits=limits, tmp=tmp)
             except WarmUnavailable:
                 self._drop(network, tools)
-            except ExecUnavailable:
+            except ExecUnavailable as e:
                 self._drop(network, tools)
                 self.warm = False  # it will not start next time either
+                log.warning("commands of this workspace run cold: %s", e)
                 break
         return cold()
 

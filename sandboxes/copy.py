@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._base import Backend, BaseTree, Change, ExecResult, Limits, SandboxError, Workspace
-from ._exec import run_isolated, sandbox_idmap
+from ._exec import sandbox_idmap
 from ._files import ensure_base, leaves, remove_tree
 from ._mount import idmapped_tree, mount_tmpfs, move_tree
 from ._record import Recorder
 from ._safe import open_dir, open_root
-from ._scratch import clear_exec_base, scratch_dir
+from ._scratch import clear_exec_base, exec_base, scratch_dir
+from ._warm import SandboxPool
 
 __all__ = ["CopyBackend"]
 
@@ -39,6 +40,7 @@ class CopyWorkspace(Workspace):
         self._id = backend._next_id()
         self.path = backend.root / "W" / self._id
         self._discarded = False
+        self._sandboxes: SandboxPool | None = None
         try:
             _copy_tree(source, self.path)
         except BaseException:
@@ -75,7 +77,7 @@ class CopyWorkspace(Workspace):
             # ctime cannot be set from user space: an unchanged (inode, ctime)
             # proves a file untouched without reading it
             before = {rel: (st.st_ino, st.st_ctime_ns) for rel, st in leaves(copy)}
-            done = run_isolated(
+            done = self._pool().run(
                 shown, argv, timeout=timeout, env=env, network=network, hide=[backend.root],
                 limits=limits, toolchain=toolchain, tmp=tmp,
             )
@@ -91,11 +93,19 @@ class CopyWorkspace(Workspace):
             truncated=done.truncated,
         )
 
+    def _pool(self) -> SandboxPool:
+        """This workspace's warm sandboxes, made at its first command."""
+        if self._sandboxes is None:
+            self._sandboxes = SandboxPool(exec_base(self._backend.root))
+        return self._sandboxes
+
     def discard(self) -> None:
         """Delete this workspace's directory. Idempotent."""
         if self._discarded:
             return
         self._discarded = True
+        if self._sandboxes is not None:
+            self._sandboxes.close()
         remove_tree(self.path)
         self._backend._forget_workspace(self)
 

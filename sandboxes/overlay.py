@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ._base import Backend, BaseTree, ExecResult, Limits, SandboxError, Workspace
-from ._exec import SANDBOX_UID, run_isolated, sandbox_idmap
+from ._exec import SANDBOX_UID, sandbox_idmap
 from ._files import ensure_base, leaves, remove_tree
 from ._layers import copy_layer, squash_layers, upper_changes
 from ._mount import (
@@ -42,7 +42,8 @@ from ._mount import (
     mounts_under,
     umount,
 )
-from ._scratch import clear_exec_base, scratch_dir
+from ._scratch import clear_exec_base, exec_base, scratch_dir
+from ._warm import SandboxPool
 
 __all__ = ["OverlayBackend"]
 
@@ -70,6 +71,7 @@ class OverlayWorkspace(Workspace):
         self.path = backend._state / "M" / self._id
         self._work: Path | None = None
         self._discarded = False
+        self._sandboxes: SandboxPool | None = None
         self.upper.mkdir()
         self.path.mkdir()
         try:
@@ -174,7 +176,7 @@ class OverlayWorkspace(Workspace):
             with scratch_dir(backend.root) as scratch:
                 upper, merged, tmp = _mount_throwaway(scratch, lowers, limits)
                 try:
-                    done = run_isolated(
+                    done = self._pool().run(
                         merged, argv, timeout=timeout, env=env, network=network,
                         hide=[backend.root], limits=limits, toolchain=toolchain, tmp=tmp,
                     )
@@ -194,11 +196,19 @@ class OverlayWorkspace(Workspace):
             truncated=done.truncated,
         )
 
+    def _pool(self) -> SandboxPool:
+        """This workspace's warm sandboxes, made at its first command."""
+        if self._sandboxes is None:
+            self._sandboxes = SandboxPool(exec_base(self._backend.root))
+        return self._sandboxes
+
     def discard(self) -> None:
         """Unmount and delete this workspace's upper; release its layers. Idempotent."""
         if self._discarded:
             return
         self._discarded = True
+        if self._sandboxes is not None:
+            self._sandboxes.close()
         _umount_quietly(self.path)
         self._drop_work()
         remove_tree(self.upper)
