@@ -32,6 +32,7 @@ from typing import Any
 from rich.table import Table
 
 from coordinator import Coordinator, CorralError, Scope
+from sandboxes import exec_base
 
 from ._child import run_child
 from ._synth import checkout, parse_size, source_paths
@@ -65,6 +66,50 @@ def _mounts(state: Path) -> int:
         return sum(1 for line in f if str(state) in line)
 
 
+def _descendants() -> list[int]:
+    """Pids of every process below this one (its warm sandboxes' bwrap, launchers
+    and commands)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _sandboxes() -> tuple[int, float]:
+    """Warm sandboxes running (bubblewrap processes in this pid namespace) and the
+    resident memory of every process below this one, in MB (PSS)."""
+    host = os.readlink("/proc/self/ns/pid")
+    boxes, pss = 0, 0
+    for pid in _descendants():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == host and \
+                    open(f"/proc/{pid}/comm", encoding="utf-8").read().strip() == "bwrap":
+                boxes += 1
+            with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
+                pss += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except OSError:
+            continue
+    return boxes, round(pss / 1024, 1)
+
+
+def _cgroups(pid: int) -> int:
+    """The command cgroups of the process `pid` that exist now."""
+    roots = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").glob("*")]
+    return sum(1 for root in roots for _ in root.rglob(f"corral-exec-{pid}-*"))
+
+
 def _layers(coord: Coordinator) -> tuple[int, int]:
     """The most frozen layers under one workspace, and the layer dirs on disk."""
     deepest = max((len(getattr(s.workspace, "lowers", ())) for s in coord.scopes.values()),
@@ -78,6 +123,7 @@ def _layers(coord: Coordinator) -> tuple[int, int]:
 def _sample(coord: Coordinator, start: float, effects: int) -> dict[str, Any]:
     fds, deleted = _fds()
     deepest, layer_dirs = _layers(coord)
+    boxes, below_mb = _sandboxes()
     packs = len(list((coord.trace.path / "objects" / "pack").glob("*.pack")))
     journal = coord.trace.journal
     return {
@@ -89,6 +135,9 @@ def _sample(coord: Coordinator, start: float, effects: int) -> dict[str, Any]:
         "layers_max": deepest,
         "layer_dirs": layer_dirs,
         "mounts": _mounts(coord.state),
+        "sandboxes": boxes,
+        "sandbox_pss_mb": below_mb,
+        "cgroups": _cgroups(os.getpid()),
         "journal_mb": round(journal.held_bytes / 2**20, 2),
         "packs": packs,
         "registered_scopes": len(coord.scopes),
@@ -158,17 +207,45 @@ async def _soak(scopes: int, seconds: float, every: float, state: Path,
         }
         for k in range(10):  # something for the journal to replay
             await coord.root.write(files[k], f"after {k}\n".encode())
+        # killed mid-command: what its sandboxes leave is counted after the reopen
+        busy = await coord.root.fork("killed-mid-command")
+        running = asyncio.create_task(busy.exec(["sleep", "600"], timeout=900))
+        await asyncio.sleep(1.0)
+        out["killed_pid"] = os.getpid()
+        out["exec_base"] = str(exec_base(coord.backend.root)) if os.geteuid() == 0 else ""
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+        await running
     raise AssertionError("unreachable")
 
 
-async def _reopen(state: Path) -> dict[str, Any]:
+async def _reopen(state: Path, killed: int, base: str) -> dict[str, Any]:
     t = time.perf_counter()
     async with Coordinator.open(state) as coord:
-        return {"reopen_s": round(time.perf_counter() - t, 3), "rss_after_reopen_mb": _rss_mb(),
-                "scopes_after_reopen": len(coord.scopes)}
+        reopened = {"reopen_s": round(time.perf_counter() - t, 3),
+                    "rss_after_reopen_mb": _rss_mb(), "scopes_after_reopen": len(coord.scopes)}
+        # what the killed coordinator left: its sandboxes' processes, cgroups, mounts
+        reopened["left_after_kill"] = {
+            "processes": sum(1 for p in os.listdir("/proc") if p.isdigit() and base
+                             and _cmdline_has(int(p), base)),
+            "cgroups": _cgroups(killed),
+            "mounts": sum(1 for m in _mount_points() if base and m.startswith(base + "/")),
+        }
+        return reopened
+
+
+def _cmdline_has(pid: int, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return [line.split()[4] for line in f]
 
 
 def _child(args: Sequence[str], timeout: float) -> dict[str, Any]:
@@ -183,7 +260,8 @@ def run(scopes: int = 64, minutes: float = 10.0, every: float = 30.0,
         seconds = minutes * 60
         report = _child(["soak", str(scopes), str(seconds), str(every), str(state),
                          str(cache or "")], timeout=seconds + 1800)
-        report.update(_child(["reopen", str(state)], timeout=900))
+        report.update(_child(["reopen", str(state), str(report["killed_pid"]),
+                              report["exec_base"]], timeout=900))
         return report
     finally:
         subprocess.run(["umount", "-R", "-l", str(state / "ws")], capture_output=True)
@@ -197,11 +275,16 @@ def render(report: dict[str, Any]) -> Table:
                     f"{report['reopen_s']:.2f} s, RSS after reopen "
                     f"{report['rss_after_reopen_mb']:g} MB")
     cols = ("t_s", "effects", "rss_mb", "fds", "fds_deleted", "layers_max", "layer_dirs",
-            "mounts", "journal_mb", "packs", "registered_scopes")
+            "mounts", "sandboxes", "sandbox_pss_mb", "cgroups", "journal_mb", "packs",
+            "registered_scopes")
     for col in cols:
         t.add_column(col, justify="right")
     for s in [*report["samples"], {**report["after_checkpoint"], "t_s": "checkpoint"}]:
         t.add_row(*(str(s[c]) for c in cols))
+    left = report.get("left_after_kill")
+    if left is not None:
+        t.caption = (f"left by the SIGKILLed coordinator after the reopen: {left['processes']} "
+                     f"processes, {left['cgroups']} cgroups, {left['mounts']} mounts")
     return t
 
 
@@ -209,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     what, *rest = args
     if what == "reopen":
-        sys.stdout.write(json.dumps(asyncio.run(_reopen(Path(rest[0])))) + "\n")
+        reopened = asyncio.run(_reopen(Path(rest[0]), int(rest[1]), rest[2] if len(rest) > 2
+                                       else ""))
+        sys.stdout.write(json.dumps(reopened) + "\n")
         return 0
     scopes, seconds, every = int(rest[0]), float(rest[1]), float(rest[2])
     asyncio.run(_soak(scopes, seconds, every, Path(rest[3]), Path(rest[4]) if rest[4] else None))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pygit2
 
-from sandboxes import MutationIntent, Workspace, leaves, read_entry
+from sandboxes import MutationIntent, Workspace, leaves, read_entry_beneath
 
 from ._effect_path import EffectPath
 from ._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
@@ -299,7 +299,7 @@ class LiveWrites:
     # -- reading the backing tree (coordinator threads) -----------------------------
 
     def _blob_of(self, path: str) -> tuple[str | None, int]:
-        entry = read_entry(self._backing / path)
+        entry = read_entry_beneath(self._backing, path, self._rt.exec_limits.changed_bytes)
         if entry is None:
             return None, 0o100644
         return self._rt.trace.write_blob(entry[1]), entry[0]
@@ -320,7 +320,8 @@ class LiveWrites:
             now = {rel: st for rel, st in leaves(root, top)}
             before = dict(_tree_leaves(head, top))
             for rel in sorted(now.keys() | before.keys()):
-                entry = read_entry(root / rel, now[rel]) if rel in now else None
+                entry = (read_entry_beneath(root, rel, self._rt.exec_limits.changed_bytes)
+                         if rel in now else None)
                 old = before.get(rel)
                 if entry is None:
                     if old is not None:

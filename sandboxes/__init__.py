@@ -28,7 +28,8 @@ from ._base import (
 )
 from ._choose import backends, choose_backend
 from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env, run_bare_bwrap
-from ._files import Entry, apply_changes, leaves, read_entry, snapshot_files
+from ._files import Entry, apply_changes, leaves, read_entry, read_entry_beneath, snapshot_files
+from ._scratch import exec_base
 from .copy import CopyBackend
 from .fuse import FuseBackend
 from .overlay import OverlayBackend
@@ -62,9 +63,11 @@ __all__ = [
     "check_hidden",
     "choose_backend",
     "default_env",
+    "exec_base",
     "leaves",
     "parse_limits",
     "read_entry",
+    "read_entry_beneath",
     "run_bare_bwrap",
     "snapshot_files",
 ]

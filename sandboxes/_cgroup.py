@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["CommandGroup"]
+__all__ = ["CommandGroup", "sweep_dead_groups"]
 
 _CGROUP_FS = Path("/sys/fs/cgroup")
 _serial = itertools.count()
@@ -192,6 +192,15 @@ def _write(path: Path, value: int) -> None:
 
 
 _swept = False
+
+
+def sweep_dead_groups() -> None:
+    """Remove now (once per process) the empty groups left by processes that are
+    gone, as the first command would: a backend opening a state after a crash
+    calls it, so a SIGKILLed coordinator's groups do not wait for a command."""
+    parents = _parents()
+    if parents is not None:
+        _sweep_once(parents)
 
 
 def _sweep_once(parents: tuple[Path, ...]) -> None:

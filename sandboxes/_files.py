@@ -10,8 +10,16 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ._base import MAX_SCAN_DEPTH, MODE_EXEC, MODE_FILE, MODE_LINK, Change, TreeTooDeep
-from ._safe import lstat_beneath, open_beneath, open_root, read_regular, scan
+from ._base import (
+    MAX_SCAN_DEPTH,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_LINK,
+    Change,
+    ChangesTooLarge,
+    TreeTooDeep,
+)
+from ._safe import lstat_at, lstat_beneath, open_beneath, open_dir, open_root, read_regular, scan
 
 __all__ = [
     "apply_changes",
@@ -19,6 +27,7 @@ __all__ = [
     "git_mode",
     "leaves",
     "read_entry",
+    "read_entry_beneath",
     "remove_path",
     "remove_tree",
     "snapshot_files",
@@ -51,6 +60,39 @@ def read_entry(path: Path, st: os.stat_result | None = None) -> Entry | None:
     except (FileNotFoundError, NotADirectoryError):
         pass
     return None
+
+
+def read_entry_beneath(root: Path, rel: str, limit: int) -> Entry | None:
+    """(mode, data) of the file or symlink `rel` below `root`, reached without
+    following a symlink at any component (a symlinked parent: None), never
+    opening what is not a regular file. Raises ChangesTooLarge for a file of
+    more than `limit` bytes (from lstat, before reading; sparse files count
+    their apparent size)."""
+    try:
+        root_fd = open_root(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        parent, _, name = rel.rpartition("/")
+        dir_fd = open_dir(root_fd, parent) if parent else os.dup(root_fd)
+        if dir_fd is None:
+            return None
+        try:
+            st = lstat_at(dir_fd, name)
+            mode = git_mode(st) if st is not None else None
+            if st is None or mode is None:
+                return None
+            if mode == MODE_LINK:
+                return mode, os.fsencode(os.readlink(name, dir_fd=dir_fd))
+            if st.st_size > limit:
+                raise ChangesTooLarge("changed_bytes", limit, st.st_size,
+                                      f"{rel!r} to {st.st_size} bytes")
+            data = read_regular(dir_fd, name, st, limit)
+            return None if data is None else (mode, data)
+        finally:
+            os.close(dir_fd)
+    finally:
+        os.close(root_fd)
 
 
 def leaves(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:

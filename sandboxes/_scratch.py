@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ._base import ExecUnavailable
+from ._cgroup import sweep_dead_groups
 from ._files import remove_tree
 from ._mount import MountError, mount_tmpfs, mounts_under, umount
 
@@ -136,7 +137,9 @@ def _sweep_stale(top: Path, keep: Path) -> None:
 
 def clear_exec_base(root: Path) -> None:
     """Unmount and delete what runs for `root` left behind (a crashed process),
-    the base and its tmpfs included (made again on next use)."""
+    the base and its tmpfs included (made again on next use), and the cgroups
+    of commands whose coordinator is gone."""
+    sweep_dead_groups()
     base = exec_base(root)
     with _bases_lock:
         _bases.discard(base)
