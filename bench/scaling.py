@@ -3,12 +3,14 @@
 
 - history axis: one scope with N write effects (1k, 10k, 50k): write latency
   at the end, rewind 10 steps, the first page of its log and a page from the
-  middle, the whole log, a checkpoint after one write, RSS at the start, its
+  middle, the whole log (as a list, and streamed: its first record, and all
+  of it read and dropped), a checkpoint after one write, RSS at the start, its
   peak, after the writes and after a checkpoint (each split into anonymous
   memory, the heap and libgit2's caches, and file-backed, mapped packs and
   libraries), and reopening after a SIGKILL (time and RSS);
 - scope-count axis: N live scopes (1 to 256): a checkpoint after one write in
-  each, fork + discard, one write;
+  each, fork + discard, one write, and a discard while such a checkpoint runs
+  on a thread of its own (as the background one does: they share the GIL);
 - saturating writer: one scope writing N effects back to back: writes/s,
   the journal's peak (bytes and objects), the longest checkpoint, the effects
   that waited for room in the journal and for how long (backpressure), RSS
@@ -32,6 +34,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -129,6 +132,18 @@ async def _history(n: int, state: Path, cache: Path | None) -> dict[str, Any]:
                 await _timed(coord.io(trace.log_page, a.head, limit=PAGE, before=middle))
                 for _ in range(5)])
         out["log_all_ms"] = _ms([await _timed(coord.io(trace.log, a.head))])
+        out["log_all_us_per_record"] = round(out["log_all_ms"] * 1e3 / (n + 1), 1)
+        if hasattr(trace, "stream"):
+            def first() -> None:
+                next(trace.stream(a.head))
+
+            def drain() -> None:
+                for _ in trace.stream(a.head):
+                    pass
+
+            out["log_first_ms"] = _ms([await _timed(coord.io(first)) for _ in range(3)])
+            out["log_stream_ms"] = _ms([await _timed(coord.io(drain))])
+            out["log_stream_us_per_record"] = round(out["log_stream_ms"] * 1e3 / (n + 1), 1)
         cps = []
         for k in range(5):
             await a.write(files[k], f"one more {k}\n".encode())
@@ -258,6 +273,22 @@ async def _scopes_async(counts: Sequence[int], cache: Path | None,
                     child = await coord.root.fork(f"extra{r}")
                     forks.append(time.perf_counter() - t)
                     discards.append(await _timed(child.discard()))
+                during = []
+                for r in range(rounds * 2):
+                    for i, s in enumerate(scopes):
+                        await s.write(files[(i + r) % len(files)], f"again {r}\n".encode())
+                    child = await coord.root.fork(f"during{r}")
+                    # As the background checkpoint does: on a thread of its own.
+                    started = threading.Event()
+
+                    def checkpoint(started: threading.Event = started) -> None:
+                        started.set()
+                        coord.trace.checkpoint()
+
+                    running = asyncio.ensure_future(asyncio.to_thread(checkpoint))
+                    await asyncio.to_thread(started.wait)
+                    during.append(await _timed(child.discard()))
+                    await running
                 rows.append({
                     "scopes": count,
                     "checkpoint_ms": _ms(cps),
@@ -265,6 +296,8 @@ async def _scopes_async(counts: Sequence[int], cache: Path | None,
                     "write_ms": _ms(writes),
                     "fork_ms": _ms(forks),
                     "discard_ms": _ms(discards),
+                    "discard_in_checkpoint_ms": _ms(during),
+                    "discard_in_checkpoint_max_ms": round(max(during) * 1e3, 1),
                     "registered": len(coord.scopes),
                 })
         finally:
@@ -327,7 +360,11 @@ def render(report: dict[str, Any]) -> list[Table]:
             ("rewind_ms", f"rewind {REWIND_STEPS} steps"),
             ("log_page_ms", f"log page of {PAGE}, newest"),
             ("log_page_middle_ms", f"log page of {PAGE}, mid-branch cursor"),
-            ("log_all_ms", "whole log, oldest first"),
+            ("log_all_ms", "whole log, oldest first (Trace.log: a list)"),
+            ("log_all_us_per_record", "  per record, µs"),
+            ("log_first_ms", "first record of the streamed log (Trace.stream)"),
+            ("log_stream_ms", "whole streamed log, nothing held"),
+            ("log_stream_us_per_record", "  per record, µs"),
             ("checkpoint_one_write_ms", "checkpoint after one write"),
             ("reopen_s", "reopen after SIGKILL, s"),
             ("rss_peak_mb", "RSS peak, MB"),
@@ -340,11 +377,13 @@ def render(report: dict[str, Any]) -> list[Table]:
     if rows:
         t = Table(title="Many scopes: one write in each, then a checkpoint (ms)")
         for col in ("live scopes", "checkpoint p50", "checkpoint max", "write p50", "fork p50",
-                    "discard p50", "registered after"):
+                    "discard p50", "discard in a checkpoint p50 / max", "registered after"):
             t.add_column(col, justify="right")
         for r in rows:
             t.add_row(str(r["scopes"]), _cell(r, "checkpoint_ms"), _cell(r, "checkpoint_max_ms"),
                       _cell(r, "write_ms"), _cell(r, "fork_ms"), _cell(r, "discard_ms"),
+                      f"{_cell(r, 'discard_in_checkpoint_ms')} / "
+                      f"{_cell(r, 'discard_in_checkpoint_max_ms')}",
                       _cell(r, "registered"))
         tables.append(t)
     rows = report.get("saturate")

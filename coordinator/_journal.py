@@ -659,10 +659,8 @@ def write_packed_refs(git_dir: Path, moves: dict[str, str | None]) -> bool:
                 entries.pop(name, None)
             else:
                 entries[name] = [f"{target} {name}"]
-        body = "".join(
-            "".join(f"{ln}\n" for ln in entries[name])
-            for name in sorted(entries, key=lambda n: n.encode())
-        )
+        # git sorts by bytes; UTF-8 keeps code point order, so str order is the same
+        body = "".join("".join(f"{ln}\n" for ln in entries[name]) for name in sorted(entries))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             fd = -1
             f.write(_PACKED_HEADER + body)
@@ -672,10 +670,18 @@ def write_packed_refs(git_dir: Path, moves: dict[str, str | None]) -> bool:
             os.close(fd)
         lock.unlink(missing_ok=True)
         raise
+    # Most moves share a few directories (refs/corral/scopes/, ...) that hold no
+    # loose file at all: one stat each instead of a failing unlink per ref.
+    dirs: dict[str, bool] = {}
+    tops = (os.fspath(git_dir), os.path.join(git_dir, "logs"))
     for name, target in moves.items():
-        _unlink_ref_file(git_dir, name)
-        if target is None:
-            _unlink_ref_file(git_dir / "logs", name)
+        for top in tops if target is None else tops[:1]:
+            parent = os.path.join(top, name.rpartition("/")[0])
+            there = dirs.get(parent)
+            if there is None:
+                there = dirs[parent] = os.path.isdir(parent)
+            if there:
+                _unlink_ref_file(Path(top), name)
     return True
 
 

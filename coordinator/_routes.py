@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 from pathlib import Path
 from typing import TypeVar
 
@@ -360,12 +361,11 @@ LOG_PAGE_MAX = 1000
 """The most entries one page of `/log` holds."""
 
 
-async def log(request: web.Request) -> web.Response:
+async def log(request: web.Request) -> web.StreamResponse:
     hub, _, scope = _scope(request)
     raw_limit, before = request.query.get("limit"), request.query.get("before")
     if raw_limit is None and before is None:  # the whole branch, oldest first
-        entries = await hub.c.io(hub.c.trace.log, scope.head)
-        return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in entries]))
+        return await _stream_log(request, hub, scope)
     try:
         limit = int(raw_limit) if raw_limit is not None else 50
     except ValueError as e:
@@ -377,6 +377,36 @@ async def log(request: web.Request) -> web.Response:
     after = _cursor(hub, scope.name, page.next) if page.next is not None else None
     return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
                              next=after))
+
+
+LOG_CHUNK = 256
+"""Entries of a streamed whole-branch log read per thread hop."""
+
+
+async def _stream_log(request: web.Request, hub: Hub, scope: Scope) -> web.StreamResponse:
+    """The whole branch as `LogResponse` JSON (the same bytes), sent as it is
+    read: a chunk of entries at a time, so a long branch is never held whole.
+    The first chunk is read before the answer starts, so an error there still
+    gets its status."""
+    records = hub.c.trace.stream(scope.head)
+
+    def chunk() -> list[str]:
+        return [_entry(e).model_dump_json() for e in itertools.islice(records, LOG_CHUNK)]
+
+    part = await hub.c.io(chunk)
+    head, _, tail = LogResponse(scope=scope.name, entries=[]).model_dump_json().rpartition(
+        '"entries":[]')
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write(f'{head}"entries":['.encode())
+    first = True
+    while part:
+        await resp.write((("" if first else ",") + ",".join(part)).encode())
+        first = False
+        part = await hub.c.io(chunk)
+    await resp.write(f"]{tail}".encode())
+    await resp.write_eof()
+    return resp
 
 
 def _cursor_mac(hub: Hub, scope: str, commit: str) -> str:

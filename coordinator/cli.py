@@ -11,9 +11,11 @@ costs only its own commands, with one line on stderr saying why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import sys
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -24,7 +26,7 @@ from rich.table import Table
 from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
 from ._malloc import one_arena
-from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
+from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
 from .cli_shared import BackendOpt, console, err, fail, print_error
 
 COMMANDS_GROUP = "corral.commands"
@@ -80,6 +82,19 @@ def _status(effect: Effect) -> str:
     return effect.status
 
 
+def _since_fork(entries: Iterator[TraceEntry], scope: str) -> Iterator[TraceEntry]:
+    """`entries` from `scope`'s own fork effect on (all of them when there is
+    none): what comes before it is its parents' history, held until it shows."""
+    before: list[TraceEntry] = []
+    for e in entries:
+        if e.effect is not None and e.effect.kind == "scope.fork" and e.effect.scope == scope:
+            yield e
+            yield from entries
+            return
+        before.append(e)
+    yield from before
+
+
 @trace_app.command("log")
 def trace_log(
     scope: Annotated[str, typer.Argument(help="Scope name (a discarded scope's archive too).")
@@ -97,18 +112,18 @@ def trace_log(
     snapshot, ancestors' effects included)."""
     trace = _trace(state)
     head, note = _branch(trace, scope)
-    entries = trace.log(head)
+    entries = trace.stream(head)  # read as printed: a long branch is never held whole
     if not full:
-        start = next((i for i, e in enumerate(entries) if e.effect is not None
-                      and e.effect.kind == "scope.fork" and e.effect.scope == scope), 0)
-        entries = entries[start:]
+        entries = _since_fork(entries, scope)
     if json_flag or json_out:
-        lines = "".join(json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
-            mode="json") if e.effect else None}) + "\n" for e in entries)
-        if json_out:
-            json_out.write_text(lines)
-        if json_flag:
-            sys.stdout.write(lines)
+        with json_out.open("w") if json_out else contextlib.nullcontext() as out:
+            for e in entries:
+                line = json.dumps({"commit": e.commit, "effect": e.effect.model_dump(
+                    mode="json") if e.effect else None}) + "\n"
+                if out is not None:
+                    out.write(line)
+                if json_flag:
+                    sys.stdout.write(line)
         return
     if note:
         err.print(f"[yellow]note:[/] {note}")
