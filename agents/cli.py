@@ -1,4 +1,4 @@
-"""The agents' commands of `corral`: demo, run, mcp, hook and model-server.
+"""The agents' commands of `corral`: demo, run, runs, mcp, hook and model-server.
 
 Registered through the `corral.commands` entry point group (`register`), so the
 coordinator's CLI does not import agents. Heavy modules load inside each command.
@@ -35,7 +35,10 @@ app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
 
 def register(root: typer.Typer) -> None:
     """Add the agents' commands to the `corral` app (the `corral.commands` entry point)."""
+    from agents.runs import app as runs_app
+
     root.add_typer(app)  # no name: the commands join the top level
+    root.add_typer(runs_app, name="runs")
 
 
 @app.command()
@@ -71,11 +74,13 @@ def demo(
 
 @app.command("run")
 def run_cmd(
-    repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")],
-    task: Annotated[list[str], typer.Option("--task", help="A task; repeat for more agents.")],
-    model: Annotated[list[str], typer.Option(
+    repo: Annotated[Path, typer.Option(help="The git repository to work on (at its HEAD).")
+                    ] = Path("."),
+    task: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--task", help="A task; repeat for more agents.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         help="PROVIDER/MODEL, e.g. openai/gpt-4o-mini: once for every agent, or once per "
-        "--task (in order, e.g. one scripted model per agent).")],
+        "--task (in order, e.g. one scripted model per agent).")] = None,
     base_url: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
@@ -91,11 +96,24 @@ def run_cmd(
     max_tokens: Annotated[
         Optional[int], typer.Option(help="Tokens per agent at most.")  # noqa: UP045
     ] = None,
+    max_cost: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="USD per agent at most (see --prices).")] = None,
+    run_max_tokens: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Tokens of all agents together at most.")] = None,
+    run_max_cost: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="USD of all agents together at most.")] = None,
+    prices: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help='JSON prices over the built-in list prices: {"MODEL": {"input": USD, '
+        '"output": USD, "cached": USD}} per million tokens.')] = None,
     retries: Annotated[int, typer.Option(help="Attempts per model call (429/5xx).")] = 4,
     backend: BackendOpt = None,
     squash: Annotated[bool, typer.Option(
-        "--squash", help="Leave one commit over HEAD per branch instead of the trace's "
-        "history (one commit per effect).")] = False,
+        "--squash/--history", help="Leave one commit per agent plus their merge (the "
+        "default; --squash is accepted for old scripts), or with --history the trace's "
+        "history (one commit per effect).")] = True,
+    resume: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
+        "--base-url may change).", metavar="RUN_ID")] = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
     agent: Annotated[str, typer.Option(
@@ -103,22 +121,62 @@ def run_cmd(
     )] = "builtin",
 ) -> None:
     """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
-    leave the result as the branch corral/<run-id> in REPO (its working tree is untouched)."""
+    leave the result as the branch corral/<run-id> in REPO (its working tree is untouched).
+    Ctrl-C stops the agents at their next step and leaves the work so far; --resume
+    continues it."""
     from agents.providers import ModelError
-    from agents.run import render_report, run_with_progress
+    from agents.run import (
+        default_state,
+        new_run_id,
+        render_report,
+        resume_options,
+        run_with_progress,
+    )
+    from agents.runs import read_record, resume_command
 
-    try:
-        report = asyncio.run(run_with_progress(
-            err if json_flag else console, repo, task, model=model, base_url=base_url,
-            supervisor=supervisor, state=state, max_steps=max_steps, max_tokens=max_tokens,
+    out = err if json_flag else console
+    if resume is not None:
+        try:
+            options = resume_options(repo, resume, state)
+        except CorralError as e:
+            fail(str(e))
+        if base_url is not None:
+            options["base_url"] = base_url
+        task = options.pop("tasks")
+    else:
+        if not task or not model:
+            fail("give --task and --model (or --resume RUN_ID)")
+        options = dict(
+            model=model, base_url=base_url, supervisor=supervisor, state=state,
+            max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost,
+            run_max_tokens=run_max_tokens, run_max_cost=run_max_cost, prices=prices,
             retries=retries, backend=backend, squash=squash, agent=agent,
-        ))
+            run_id=new_run_id())
+    try:
+        report = asyncio.run(run_with_progress(out, repo, task, **options))
     except (CorralError, ModelError, ValueError) as e:
         fail(str(e))
         return
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        default = default_state(repo, options["run_id"])
+        where = Path(options["state"] or default)
+        out.print(f"aborted: what the agents finished is in the trace, {where}",
+                  highlight=False, soft_wrap=True)
+        record = read_record(where)
+        if record is not None:
+            out.print(f"resume: {resume_command(record, default)}", highlight=False,
+                      soft_wrap=True)
+        raise typer.Exit(130) from None
     if not json_flag:
         console.print(render_report(report))
+    if report.partial:
+        out.print(f"partial run: the branch {report.branch or '(none: nothing merged)'} "
+                  f"holds the work so far; trace in {report.state}", highlight=False,
+                  soft_wrap=True)
+        out.print(f"resume: {report.resume}", highlight=False, soft_wrap=True)
     emit_json(report.as_dict(), json_flag, json_out)
+    if report.partial:
+        raise typer.Exit(130)
     if not report.ok:
         for message in report.errors:
             print_error(message)

@@ -139,6 +139,8 @@ def run_cmd(
     except (ValueError, LookupError, FileNotFoundError, ImportError) as e:
         _fail(str(e))
         return
+    except KeyboardInterrupt:
+        _interrupted(out_dir)
     results = report["results"]
     summary = summarize(results, report["prepared"])
     summary.update({"dataset": str(spec.dataset_dir), "out": str(out_dir), "agent": agent,
@@ -162,6 +164,22 @@ def run_cmd(
     _emit_json(summary, json_flag, json_out)
     if markdown:
         markdown.write_text(to_markdown(summary))
+
+
+def _interrupted(out_dir: Path) -> None:
+    """Ctrl-C: the finished pairs are in results.jsonl; say how to go on from them."""
+    import shlex
+
+    args = sys.argv[1:] if sys.argv[1:3] == ["bench", "cooperbench"] else [
+        "bench", "cooperbench", "--out", str(out_dir)]
+    if "--out" not in args:
+        args += ["--out", str(out_dir)]
+    if "--resume" not in args:
+        args.append("--resume")
+    err.print(f"interrupted: finished pairs are kept in {out_dir}/results.jsonl",
+              highlight=False, soft_wrap=True)
+    err.print("resume: " + shlex.join(["corral", *args]), highlight=False, soft_wrap=True)
+    raise typer.Exit(130)
 
 
 def _check(values: tuple[str, ...], allowed: tuple[str, ...], flag: str) -> Any:
