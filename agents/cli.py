@@ -20,8 +20,12 @@ from coordinator.cli_shared import (
     JsonFlag,
     JsonOutOpt,
     LegacyJsonFile,
+    NoSetupFlag,
+    SetupOpt,
+    ToolchainOpt,
     console,
     emit_json,
+    environment_of,
     err,
     fail,
     json_target,
@@ -119,6 +123,9 @@ def run_cmd(
     agent: Annotated[str, typer.Option(
         help="builtin, mini-swe-agent (an entry point of corral.agents) or module:attr.",
     )] = "builtin",
+    setup: SetupOpt = None,
+    toolchain: ToolchainOpt = None,
+    no_setup: NoSetupFlag = False,
 ) -> None:
     """Run one coding agent per task (--agent) in parallel scopes, merge their branches, and
     leave the result as the branch corral/<run-id> in REPO (its working tree is untouched).
@@ -152,6 +159,7 @@ def run_cmd(
             run_max_tokens=run_max_tokens, run_max_cost=run_max_cost, prices=prices,
             retries=retries, backend=backend, squash=squash, agent=agent,
             run_id=new_run_id())
+    options["environment"] = environment_of(setup, toolchain, no_setup)
     try:
         report = asyncio.run(run_with_progress(out, repo, task, **options))
     except (CorralError, ModelError, ValueError) as e:

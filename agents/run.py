@@ -35,7 +35,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from coordinator import ConflictGuard, Coordinator, CorralError, Event, Policy, Scope
+from coordinator import (
+    ConflictGuard,
+    Coordinator,
+    CorralError,
+    Environment,
+    Event,
+    Policy,
+    PreparedEnvironment,
+    Scope,
+)
 
 from ._branches import git_identity, push, squash
 from ._model_effects import ModelCaller
@@ -88,6 +97,8 @@ class RunReport:
     """Branches left in the repository for agents whose work did not merge."""
     notes: list[str] = field(default_factory=list)
     """Warnings about the run's input (e.g. uncommitted changes left out)."""
+    environment: PreparedEnvironment | None = None
+    """The project's environment set up before the agents forked (`Coordinator.prepare`)."""
     status: RunStatus = "running"
     """finished, partial (interrupted: `resume` continues it) or failed."""
     spent: dict[str, Spent] = field(default_factory=dict)
@@ -128,6 +139,7 @@ class RunReport:
                       "cost_usd": round(sum(self.costs.values()), 6)},
             "supervisor_actions": self.supervisor_actions, "errors": self.errors,
             "exports": self.exports, "notes": self.notes,
+            "environment": self.environment.as_dict() if self.environment else None,
         }
 
     def _agent(self, a: AgentResult) -> dict[str, Any]:
@@ -260,6 +272,8 @@ async def run_tasks(
     prices: str | Path | None = None,
     stop: asyncio.Event | None = None,
     resume: bool = False,
+    environment: Environment | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> RunReport:
     """Run one coding agent per task and leave the merged result as `corral/<run-id>`
     (one commit per merged agent plus their merge with `squash`, else the trace's
@@ -275,6 +289,11 @@ async def run_tasks(
     exports, spending, errors). Raises ModelError for a missing API key, ValueError for
     a bad model, supervisor, agent spec or prices file, CorralError for a bad
     repository or a run that cannot be resumed.
+
+    `environment` (default: detected) is set up once in root before the agents fork, so
+    their commands find the project's tools (`Coordinator.prepare`; `say` gets its
+    progress lines); a resumed run keeps the one its state holds. Raises SetupFailed
+    (no agent starts) when the setup fails.
     """
     notes = check_run(repo, tasks, model, supervisor)
     specs = models_per_agent(model, tasks)
@@ -335,6 +354,8 @@ async def run_tasks(
     try:
         async with Coordinator.open(state_dir, repo=None if resume else repo, base="HEAD",
                                     policies=policies, backend=backend) as coord:
+            if not resume:
+                report.environment = await coord.prepare(environment, progress=say)
 
             async def scope_of(name: str) -> Scope:
                 if resume and name in coord.scopes:
@@ -695,6 +716,8 @@ async def run_with_progress(
             if e.status == "blocked" and e.decision is not None:
                 console.print(f"{e.scope}: [yellow]blocked[/] {escape(e.decision.reason)}")
 
+        options.setdefault("say", lambda text: console.print(
+            escape(text), highlight=False, soft_wrap=True))
         return await run_tasks(repo, tasks, progress=show, stop=stop, **options)
 
 
@@ -769,4 +792,8 @@ def _caption(report: RunReport) -> str:
         where += "; not merged: " + ", ".join(report.exports.values())
     acts = f"; supervisor: {len(report.supervisor_actions)} actions" if (
         report.supervisor_actions) else ""
+    env = report.environment
+    if env is not None and env.source != "none":
+        acts += f"; environment {env.recipe} {env.seconds:.1f}s" + (
+            f" ({env.source})" if env.cached else "")
     return f"{where} in {report.repo}; trace in {report.state}{acts} ({report.seconds:.1f}s)"

@@ -9,6 +9,8 @@ What a user of the library needs is here (every name in `__all__`, sorted):
   `Trace` and `TraceEntry`, `JournalBounds` (how much the journal may hold
   between checkpoints), the event bus (`Event`, `EventBus`, `Subscription`);
 - the effect records (`Effect`, its intents and outcomes, `Decision`);
+- the project's environment: `Environment` (what `Coordinator.prepare` sets
+  up), `PreparedEnvironment` (what it did), `SetupFailed`;
 - the errors (`CorralError` and its tree; `AuthError`, `Forbidden` from the
   HTTP client);
 - writing a policy: `Policy`, `View`, `ScopeInfo`, `allow`, `block`,
@@ -61,6 +63,7 @@ from ._effects import (
     Usage,
     Verdict,
 )
+from ._environment import Environment, PreparedEnvironment, SetupFailed
 from ._errors import (
     CorralError,
     DiskFull,
@@ -109,6 +112,7 @@ __all__ = [
     "DiskFull",
     "Decision",
     "Effect",
+    "Environment",
     "Event",
     "EventBus",
     "Exec",
@@ -139,6 +143,7 @@ __all__ = [
     "PathError",
     "Policy",
     "PolicyChain",
+    "PreparedEnvironment",
     "Refused",
     "Resolver",
     "Result",
@@ -152,6 +157,7 @@ __all__ = [
     "ScopeInfo",
     "ScopeMerge",
     "ScopeRewind",
+    "SetupFailed",
     "StateError",
     "Status",
     "Subscription",

@@ -5,6 +5,7 @@ State directory layout::
     <state>/trace.git   the trace (bare git repository): the only durable truth
     <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
     <state>/lock        held while a coordinator has the directory open
+    <state>/environment.json  what `prepare` set up in root (commands' PATH, variables)
 
 The directory is mode 0700 (made so, or chmod-ed so at open).
 
@@ -29,6 +30,9 @@ import sandboxes
 from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
 
 from ._effects import Effect
+from ._environment import Environment, PreparedEnvironment
+from ._environment import prepare as prepare_environment
+from ._environment import restore as restore_environment
 from ._errors import SandboxFailure, StateError
 from ._events import EventBus
 from ._history import apply_tree_changes
@@ -214,6 +218,7 @@ class Coordinator:
             coord.metrics.watch_journal(trace.journal)
             coord.metrics.watch_events(coord.events)
             coord._load_scopes(snapshot)
+            restore_environment(coord.runtime)
             trace.release_handle()  # this thread may never run again
             trace.start()
             return coord
@@ -295,6 +300,34 @@ class Coordinator:
             self.runtime.stop_io()
             os.close(self._lockfile)
             self._lockfile = None
+
+    async def prepare(self, environment: Environment | None = None, *,
+                      progress: Callable[[str], None] | None = None) -> PreparedEnvironment:
+        """Set up the project's environment once in the root scope, before forking,
+        so every scope forked afterwards shares it copy-on-write and every command
+        finds the project's tools: `Environment()` (the default) detects the usual
+        setup (pyproject.toml/setup.py/setup.cfg: a virtualenv at .venv, or
+        .cache/corral-venv, with the project installed editable, its test extras and
+        pytest; package.json: npm ci; go.mod: go mod download; Cargo.toml: cargo
+        fetch), `Environment(setup="CMD")` runs a shell command instead,
+        `Environment(detect=False)` runs nothing; `toolchain` directories are shown
+        read-only to every command, their bin/ first on its PATH.
+
+        The setup runs with the network on, at /workspace/repo; it may write only
+        files the repository ignores. Its files are cached by the hash of the recipe,
+        the toolchain and the lock and config files (`~/.cache/corral/envs`), so a
+        later state with the same key unpacks them instead of running it, and a state
+        already prepared with that key does nothing. From then on every command run
+        without an env of its own gets the environment's PATH and variables
+        (`Scope.exec_env` includes them), also after a reopen. `progress` gets a line
+        when work starts and when it is done.
+
+        Returns what was done (`PreparedEnvironment`: recipe, source, seconds, log).
+        Raises SetupFailed (naming the log of the setup's output) when the setup fails,
+        times out, is blocked or changes a tracked file: the root scope is then as
+        before; CorralError for a toolchain directory that does not exist.
+        """
+        return await prepare_environment(self, environment or Environment(), progress)
 
     async def until_settled(self, name: str, timeout: float | None) -> Settled:
         """Wait until scope `name` is merged into another scope or discarded.

@@ -17,7 +17,8 @@
     │                        acknowledged; retry once space is freed
     ├── ExecError            a command that cannot run as asked: empty argv, bad env,
     │                        a timeout past the exec limit timeout_max
-    └── SandboxFailure       the workspace backend failed (wraps sandboxes.SandboxError)
+    ├── SandboxFailure       the workspace backend failed (wraps sandboxes.SandboxError)
+    └── SetupFailed          the project's setup (`Coordinator.prepare`) failed (.log)
 
 A blocked intent is not an error: it is a `Result` whose decision says why.
 The errors know nothing of HTTP: the server maps each class to a status

@@ -15,6 +15,7 @@ from sandboxes import Limits
 
 from . import Coordinator
 from ._auth import Principal, Tokens
+from ._environment import Environment
 from ._events import Event, Subscription
 from ._gate import GateRule, HumanGate
 from ._openapi import Route
@@ -57,6 +58,9 @@ class ServerConfig:
     """Seconds a request body may take to arrive (408 beyond)."""
     clock: Callable[[], float] | None = None
     """Fixed commit times, for reproducible traces (tests)."""
+    environment: Environment | None = None
+    """The project's environment to set up in root before serving (`Coordinator.prepare`;
+    None: none)."""
 
 
 @dataclass(eq=False)

@@ -72,6 +72,9 @@ class Runtime:
         size, the longest timeout)."""
         self.toolchain: tuple[Path, ...] = ()
         """Host directories a command sees read-only (their bin/ first on its PATH)."""
+        self.command_env: dict[str, str] = {}
+        """Variables of the prepared project environment (`Coordinator.prepare`) every
+        command run without an env of its own gets; its PATH goes before the default."""
 
     def bind_loop(self) -> None:
         """Remember the running loop (and its thread) as the coordinator's."""

@@ -345,9 +345,17 @@ class Scope:
 
     def exec_env(self) -> dict[str, str]:
         """The environment `exec` gives a command called without `env`: PATH from
-        the coordinator's toolchain then the system's, HOME=/tmp, LANG, TMPDIR.
-        Extend it rather than the caller's own environment."""
-        return default_env(self.runtime.toolchain)
+        the prepared project environment (`Coordinator.prepare`: a virtualenv's bin/),
+        the coordinator's toolchain then the system's, HOME=/tmp, LANG, TMPDIR, and the
+        project environment's variables (VIRTUAL_ENV...). Extend it rather than the
+        caller's own environment."""
+        env = default_env(self.runtime.toolchain)
+        extra = self.runtime.command_env
+        if extra:
+            env.update({k: v for k, v in extra.items() if k != "PATH"})
+            if extra.get("PATH"):
+                env["PATH"] = f"{extra['PATH']}:{env['PATH']}"
+        return env
 
     async def exec(
         self,
@@ -364,6 +372,8 @@ class Scope:
 
         Returns the Result; its outcome is an ExecOutcome (exit code, output blobs).
         """
+        if env is None and self.runtime.command_env:
+            env = self.exec_env()  # the prepared environment, recorded with the intent
         intent = exec_intent(self.runtime, argv, timeout, network, env)
         return await self.effect_path.perform(
             intent, lambda given: run_command(self.runtime, self.workspace, given), cause=cause)

@@ -208,6 +208,9 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
         if cfg.exec_limits is not None:
             coord.exec_limits = cfg.exec_limits
         coord.toolchain = tuple(Path(t).resolve() for t in cfg.toolchain)
+        if cfg.environment is not None:  # before listening: no scope forks without it
+            await coord.prepare(cfg.environment,
+                                progress=lambda text: print(text, file=sys.stderr, flush=True))
         try:
             yield
         finally:

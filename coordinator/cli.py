@@ -27,7 +27,16 @@ from ._effects import Effect, ExecOutcome
 from ._errors import CorralError
 from ._malloc import one_arena
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
-from .cli_shared import BackendOpt, console, err, fail, print_error
+from .cli_shared import (
+    BackendOpt,
+    NoSetupFlag,
+    SetupOpt,
+    console,
+    environment_of,
+    err,
+    fail,
+    print_error,
+)
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -271,6 +280,8 @@ def serve(
     body_timeout: Annotated[float, typer.Option(
         help="Seconds a request body may take to arrive (408 beyond).")] = 30.0,
     backend: BackendOpt = None,
+    setup: SetupOpt = None,
+    no_setup: NoSetupFlag = False,
 ) -> None:
     """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
     and the dashboard at / (open it in a browser; it asks for the admin token)."""
@@ -305,10 +316,12 @@ def serve(
         gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
         defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
         exec_limits=limits, toolchain=tuple(toolchain or ()),
-        body_timeout=body_timeout,
+        body_timeout=body_timeout, environment=environment_of(setup, None, no_setup),
     )
     try:
         asyncio.run(run_server(config, host, port, print_token=print_token))
+    except CorralError as e:  # the project's setup failed: nothing is served
+        fail(str(e))
     except OSError as e:
         if e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "

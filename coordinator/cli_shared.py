@@ -1,5 +1,6 @@
 """What every `corral` command shares, whichever package contributes it: the
-consoles, the error exit, the JSON options and the sandbox-backend option.
+consoles, the error exit, the JSON options, the sandbox-backend option and the
+project environment's options (--setup, --toolchain, --no-setup).
 
 Packages above the coordinator (agents, bench) build their commands from these
 and register them through the `corral.commands` entry point group (see
@@ -11,20 +12,27 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from ._environment import Environment
+
 __all__ = [
     "BackendOpt",
     "JsonFlag",
     "JsonOutOpt",
     "LegacyJsonFile",
+    "NoSetupFlag",
+    "SetupOpt",
+    "ToolchainOpt",
     "console",
     "emit_json",
+    "environment_of",
     "err",
     "fail",
     "json_target",
@@ -115,3 +123,31 @@ BackendOpt = Annotated[
     typer.Option(help="Sandbox backend: overlay, fuse, copy (default: the best available).",
                  callback=_backend_name),
 ]
+
+
+# The project's environment (`Coordinator.prepare`), for `corral run` and `corral serve`.
+SetupOpt = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--setup", metavar="CMD", help="A shell command that sets up the project's "
+                 "environment, run once at /workspace/repo with the network on (default: "
+                 "detected: a virtualenv with the project installed editable, npm ci, go "
+                 "mod download, cargo fetch); cached by the lock and config files."),
+]
+ToolchainOpt = Annotated[
+    Optional[list[Path]],  # noqa: UP045
+    typer.Option("--toolchain", metavar="DIR", help="A host directory every command sees "
+                 "read-only, its bin/ first on their PATH (a toolchain). Repeatable."),
+]
+NoSetupFlag = Annotated[bool, typer.Option(
+    "--no-setup", help="Set up no project environment (only --toolchain applies).")]
+
+
+def environment_of(setup: str | None, toolchain: list[Path] | None,
+                   no_setup: bool) -> Environment:
+    """The `Environment` the options ask for; exits with an error for --setup with
+    --no-setup."""
+    from ._environment import Environment
+
+    if setup is not None and no_setup:
+        fail("give --setup CMD or --no-setup, not both", 2)
+    return Environment(setup=setup, toolchain=tuple(toolchain or ()), detect=not no_setup)
