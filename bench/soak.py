@@ -106,8 +106,7 @@ def _sandboxes() -> tuple[int, float]:
 
 def _cgroups(pid: int) -> int:
     """The command cgroups of the process `pid` that exist now."""
-    roots = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").glob("*")]
-    return sum(1 for root in roots for _ in root.rglob(f"corral-exec-{pid}-*"))
+    return sum(1 for _ in Path("/sys/fs/cgroup").rglob(f"corral-exec-{pid}-*"))
 
 
 def _layers(coord: Coordinator) -> tuple[int, int]:
@@ -225,10 +224,17 @@ async def _reopen(state: Path, killed: int, base: str) -> dict[str, Any]:
     async with Coordinator.open(state) as coord:
         reopened = {"reopen_s": round(time.perf_counter() - t, 3),
                     "rss_after_reopen_mb": _rss_mb(), "scopes_after_reopen": len(coord.scopes)}
-        # what the killed coordinator left: its sandboxes' processes, cgroups, mounts
+        # what the killed coordinator left: its sandboxes' processes (given 5 s to
+        # finish dying: bubblewrap's die-with-parent is a signal), cgroups, mounts
+        def left() -> int:
+            return sum(1 for p in os.listdir("/proc") if p.isdigit() and base
+                       and _cmdline_has(int(p), base))
+
+        deadline = time.monotonic() + 5
+        while left() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
         reopened["left_after_kill"] = {
-            "processes": sum(1 for p in os.listdir("/proc") if p.isdigit() and base
-                             and _cmdline_has(int(p), base)),
+            "processes": left(),
             "cgroups": _cgroups(killed),
             "mounts": sum(1 for m in _mount_points() if base and m.startswith(base + "/")),
         }

@@ -180,10 +180,20 @@ _MS_BIND = 0x1000
 _MS_SHARED = 1 << 20
 
 
-def bind_mount(source: Path, target: Path) -> None:
-    """Bind the mount tree at `source` onto `target`. Raises MountError."""
-    if _libc.mount(os.fsencode(source), os.fsencode(target), None, _MS_BIND, None) != 0:
+_MS_RDONLY, _MS_REMOUNT, _MS_REC = 0x1, 0x20, 0x4000
+
+
+def bind_mount(source: Path, target: Path, *, readonly: bool = False) -> None:
+    """Bind `source` onto `target` (read-only: with everything below it, then
+    remounted read-only). Raises MountError."""
+    flags = _MS_BIND | (_MS_REC if readonly else 0)
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
         raise _fail("bind mount at", target)
+    if readonly and _libc.mount(None, os.fsencode(target), None,
+                                _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None) != 0:
+        err = _fail("remount read-only", target)
+        _libc.umount2(os.fsencode(target), MNT_DETACH)
+        raise err
 
 
 def make_shared(target: Path) -> None:

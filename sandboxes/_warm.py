@@ -125,6 +125,9 @@ class WarmSandbox:
                  limits: Limits) -> None:
         self.network = network
         self.toolchain = tuple(toolchain)
+        # a toolchain under /tmp is bound into each command's own /tmp (the
+        # sandbox's /tmp is replaced per command, which would hide it)
+        self._tmp_tools = tuple(t for t in self.toolchain if t.is_relative_to("/tmp"))
         self._slot = slot
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -158,8 +161,9 @@ class WarmSandbox:
             os.close(source_w)
             seccomp_w = source_w = -1
             # bwrap's own process needs no environment; commands get theirs per request
+            fixed = tuple(t for t in self.toolchain if t not in self._tmp_tools)
             args = _bwrap_args(self._slot / "repo", self._slot / "tmp", self.network, limits,
-                               self.toolchain, seccomp_r, {}, shm=self._slot / "shm")
+                               fixed, seccomp_r, {}, shm=self._slot / "shm")
             cut = args.index("--chdir")
             args[cut:cut] = [*binds]
             drop = ([_tool("setpriv"), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
@@ -228,6 +232,11 @@ class WarmSandbox:
             try:
                 for source, point in ((repo, self._slot / "repo"), (tmp, self._slot / "tmp")):
                     bind_mount(source, point)
+                    mounted.append(point)
+                for tool in self._tmp_tools:
+                    point = self._slot / "tmp" / tool.relative_to("/tmp")
+                    point.mkdir(parents=True, exist_ok=True)
+                    bind_mount(tool, point, readonly=True)
                     mounted.append(point)
                 mount_tmpfs(self._slot / "shm", mode=0o1777, size=limits.tmp)
                 mounted.append(self._slot / "shm")

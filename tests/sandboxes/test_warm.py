@@ -251,3 +251,36 @@ def test_past_the_cap_the_least_recently_used_sandbox_stops(tmp_path: Path, monk
         assert _pid_ns(kids[0]) != first[0]  # the oldest was stopped, and started again
     finally:
         backend.close()
+
+
+def test_a_toolchain_under_tmp_is_seen_by_warm_commands(tmp_path: Path) -> None:
+    """A toolchain directory under /tmp (where CooperBench puts its environments)
+    is shown read-only to every command of a warm sandbox, whose /tmp is new each
+    time: its bin/ is on PATH, and it cannot be written."""
+    import tempfile
+
+    tool = Path(tempfile.mkdtemp(prefix="corral-test-tool-", dir="/tmp"))
+    try:
+        (tool / "bin").mkdir()
+        (tool / "bin" / "hello-tool").write_text("#!/bin/sh\necho hello from the tool\n")
+        os.chmod(tool / "bin" / "hello-tool", 0o755)
+        os.chmod(tool, 0o755)
+        backend = sandboxes.OverlayBackend(tmp_path / "state")
+        try:
+            ws = backend.base("k", lambda root: (root / "f").write_text("f"))
+            for _ in range(2):
+                r = ws.run(["sh", "-c", "hello-tool; touch $0/x 2>/dev/null && echo wrote",
+                            str(tool)], timeout=30, toolchain=[tool])
+                assert r.stdout == b"hello from the tool\n", r.stderr
+            assert _pid_ns_warm(ws, tool) == _pid_ns_warm(ws, tool)
+        finally:
+            backend.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(tool, ignore_errors=True)
+
+
+def _pid_ns_warm(ws: Workspace, tool: Path) -> str:
+    return ws.run(["readlink", "/proc/self/ns/pid"], timeout=30,
+                  toolchain=[tool]).stdout.decode().strip()
