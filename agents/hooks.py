@@ -7,12 +7,20 @@ mirrors it. For each hook event (JSON on stdin, Claude Code's hook schema):
   policy chain decides and the effect is recorded as `allowed` or `blocked`, nothing is
   written): `Write` is an `fs.write` of the new content, `Edit` and `MultiEdit` an
   `fs.patch` (the unified diff of the edit against the file on disk), `Bash` an `exec` of
-  the command. The answer is Claude Code's `permissionDecision`: `allow`, or `deny` with the
-  supervisor's reason (Claude sees it and adapts). Other tools get no opinion.
+  the command. The answer follows Claude Code's PreToolUse contract to the letter
+  (`hookSpecificOutput` with `hookEventName: "PreToolUse"`, `permissionDecision`,
+  `permissionDecisionReason`): `allow` only when a policy allowed explicitly (Claude Code then
+  skips the user's own permission prompt, so the chain's default when every policy abstains is
+  *no output*, exit 0: the user's permission rules apply as without the hook); `deny` with the
+  supervisor's reason when it blocked (Claude sees it and adapts); `ask` when it wanted a
+  different change (a rewrite Claude Code cannot carry out: the user decides, the reason
+  shown in the prompt). Other tools get no opinion.
 - **PostToolUse** records what happened: the written file, read back from disk, becomes an
   `fs.write` effect on the scope; after `Bash`, every file `git status` shows as changed
   that differs from the scope is written (or deleted) there. A change the supervisor
-  blocks at this point is reported back with `decision: block` and the reason.
+  blocks at this point is rolled back in the checkout (the file is put back as the scope
+  has it, or removed when the scope has none) and reported with `decision: block`, the reason
+  and what was rolled back, or, when the rollback failed, that the checkout still holds it.
 
 A hook that cannot reach the server denies (exit code 2, the reason on stderr): fail closed,
 as a policy that raises blocks.
@@ -29,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator import CorralError
+from coordinator import ABSTAINED, CorralError
 from coordinator.client import CorralClient, ResultOut
 
 from ._access import Said, blocked_text
@@ -52,15 +60,19 @@ class HookAnswer:
 def _said(r: ResultOut) -> Said:
     d = r.effect.decision
     return Said(ok=r.ok, blocked=r.status == "blocked", reason=r.reason,
-                policy=d.policy if d else "default", commit=r.commit, effect=r.effect.id)
+                policy=d.policy if d else ABSTAINED, commit=r.commit, effect=r.effect.id)
 
 
 def _decide(said: Said, status: str) -> HookAnswer:
     if status == "allowed":
+        if said.policy == ABSTAINED:
+            # No policy had an opinion: say nothing, so Claude Code's own permission
+            # prompt still applies (an "allow" would skip it).
+            return HookAnswer(None)
         why = f"Corral: allowed by {said.policy} (effect {said.effect})"
-        return _pre("allow", why)
+        return _pre("allow", why + (f": {said.reason}" if said.reason else ""))
     if status == "rewritten":
-        return _pre("deny", f"the supervisor ({said.policy}) asks for a different change: "
+        return _pre("ask", f"the supervisor ({said.policy}) asks for a different change: "
                     f"{said.reason}")
     return _pre("deny", blocked_text(said))
 
@@ -143,8 +155,10 @@ async def _pre_tool(client: CorralClient, scope: str, root: Path, tool: str,
     return _decide(_said(r), r.status)
 
 
-async def _sync(client: CorralClient, scope: str, root: Path, rel: str) -> Said | None:
-    """Make the scope's `rel` equal the checkout's; None when it already was."""
+async def _sync(client: CorralClient, scope: str, root: Path, rel: str) -> str | None:
+    """Make the scope's `rel` equal the checkout's. Returns None when it did (or already
+    was), else what to tell Claude: the supervisor's refusal and how the checkout's file
+    was rolled back to the scope's version (or that it could not be)."""
     on_disk = root / rel
     try:
         ours: bytes | None = await client.read(scope, rel)
@@ -155,10 +169,29 @@ async def _sync(client: CorralClient, scope: str, root: Path, rel: str) -> Said 
         if data == ours:
             return None
         mode = 0o100755 if os.access(on_disk, os.X_OK) else 0o100644
-        return _said(await client.write(scope, rel, data, mode=mode))
-    if ours is None:
+        said = _said(await client.write(scope, rel, data, mode=mode))
+    elif ours is None:
         return None
-    return _said(await client.delete(scope, rel))
+    else:
+        said = _said(await client.delete(scope, rel))
+    if not said.blocked:
+        return None
+    return f"{rel}: {blocked_text(said)}; {_roll_back(on_disk, ours)}"
+
+
+def _roll_back(on_disk: Path, ours: bytes | None) -> str:
+    """Put the checkout's file back as the scope has it (remove it when the scope has
+    none). Returns what was done, in words."""
+    try:
+        if ours is None:
+            on_disk.unlink(missing_ok=True)
+            return "rolled back: removed from your checkout (your scope has no such file)"
+        on_disk.parent.mkdir(parents=True, exist_ok=True)
+        on_disk.write_bytes(ours)
+        return "rolled back: your checkout's file is your scope's version again"
+    except OSError as e:
+        return (f"NOT rolled back ({e.strerror or e}): your checkout still holds the refused "
+                "change; undo it yourself")
 
 
 def _changed(root: Path) -> list[str]:
@@ -188,15 +221,12 @@ async def _post_tool(client: CorralClient, scope: str, root: Path, tool: str,
     else:
         rel = _relative(root, str(args.get("file_path", "")))
         paths = [rel] if rel is not None else []
-    blocked = []
-    for rel in paths:
-        said = await _sync(client, scope, root, rel)
-        if said is not None and said.blocked:
-            blocked.append(f"{rel}: {blocked_text(said)}")
-    if blocked:
-        return HookAnswer({"decision": "block", "reason": (
-            "The supervisor did not accept this change into your scope; undo it or adapt. "
-            + "; ".join(blocked))})
+    refused = [told for rel in paths if (told := await _sync(client, scope, root, rel))]
+    if refused:
+        reason = ("The supervisor did not accept this change into your scope; adapt. "
+                  + " | ".join(refused))
+        return HookAnswer({"decision": "block", "reason": reason, "hookSpecificOutput": {
+            "hookEventName": "PostToolUse", "additionalContext": reason}})
     return HookAnswer(None)
 
 

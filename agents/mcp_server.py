@@ -9,7 +9,9 @@ parent (a `message` effect) and refuses further changes.
 Two transports:
 
 - stdio, `corral mcp --scope NAME --url URL --token TOKEN` (a running `corral serve`, through
-  `CorralClient`), or `corral mcp --scope NAME --state DIR` (in process);
+  `CorralClient`), or `corral mcp --scope NAME --state DIR` (in process: the coordinator
+  opens with the settings the state records, so the chain a server ran with, its policies
+  and gate rules included, holds here too; a gate rule blocks, as nobody can answer it);
 - streamable HTTP on `corral serve` at `/v1/scopes/{name}/mcp`, with the scope's bearer
   token (`mount`, registered in the `corral.server` entry point group).
 """

@@ -155,16 +155,22 @@ class RunReport:
 
 def parse_supervisor(spec: str) -> tuple[list[Policy], str | None]:
     """The policies and (for `llm:PROVIDER/MODEL`) the meta-agent's model spec of a
-    `--supervisor` value. Raises ValueError."""
+    `--supervisor` value: `none`, `llm:PROVIDER/MODEL` (the meta-agent, with the conflict
+    guard), or policy names as everywhere (`coordinator.load_policy`: `conflict-guard`, an
+    entry point of `corral.policies`, `module:attr`), several joined by commas, asked in
+    order. Raises ValueError."""
+    from coordinator import load_policy
+
     if spec == "none":
         return [], None
-    if spec == "conflict-guard":
-        return [ConflictGuard()], None
     if spec.startswith("llm:") and "/" in spec:
         # The meta-agent reacts to what the guard blocks, so it runs with the guard.
         return [ConflictGuard()], spec.removeprefix("llm:")
-    raise ValueError(f"unknown supervisor {spec!r}: use conflict-guard, llm:PROVIDER/MODEL "
-                     "or none")
+    try:
+        return [load_policy(part.strip()) for part in spec.split(",")], None
+    except LookupError as e:
+        raise ValueError(f"unknown supervisor {spec!r}: use conflict-guard, "
+                         f"llm:PROVIDER/MODEL, none, or policy names ({e})") from e
 
 
 def models_per_agent(models: str | Sequence[str], tasks: Sequence[str]) -> list[str]:

@@ -14,8 +14,11 @@ What a user of the library needs is here (every name in `__all__`, sorted):
 - the errors (`CorralError` and its tree; `AuthError`, `Forbidden` from the
   HTTP client);
 - writing a policy: `Policy`, `View`, `ScopeInfo`, `allow`, `block`,
-  `defer`, `rewrite`, `allow_all`, `load_policy`, and the built-in
-  `ConflictGuard` (with `Claim`).
+  `defer`, `rewrite`, `allow_all`, `load_policy`, `ABSTAINED` (the chain's
+  decision when every policy abstained), and the built-in `ConflictGuard`
+  (with `Claim`);
+- `Settings`: what a state directory enforces (policies, gate rules, exec
+  limits, timeouts, toolchain), recorded in its trace.
 
 Named submodules hold the rest: `coordinator.policies` (every built-in
 policy: the conflict guard, the human gate, external reviewers),
@@ -84,6 +87,7 @@ from ._guard import Claim, ConflictGuard
 from ._journal import JournalBounds
 from ._merge import Conflict, Hunk, MergeResult, Resolver
 from ._policy import (
+    ABSTAINED,
     Policy,
     PolicyChain,
     ScopeInfo,
@@ -92,13 +96,14 @@ from ._policy import (
     allow_all,
     block,
     defer,
-    load_policy,
     rewrite,
 )
 from ._scope import Scope
+from ._settings import Settings, load_policy
 from ._trace import Trace, TraceEntry, TreeChanges
 
 __all__ = [
+    "ABSTAINED",
     "FORMAT_VERSION",
     "Act",
     "ActInput",
@@ -158,6 +163,7 @@ __all__ = [
     "ScopeMerge",
     "ScopeRewind",
     "SetupFailed",
+    "Settings",
     "StateError",
     "Status",
     "Subscription",

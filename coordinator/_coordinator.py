@@ -2,7 +2,8 @@
 
 State directory layout::
 
-    <state>/trace.git   the trace (bare git repository): the only durable truth
+    <state>/trace.git   the trace (bare git repository): the only durable truth,
+                        the state's settings too (refs/corral/settings, see _settings.py)
     <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
     <state>/lock        held while a coordinator has the directory open
     <state>/environment.json  what `prepare` set up in root (commands' PATH, variables)
@@ -43,6 +44,7 @@ from ._policy import Policy, PolicyChain
 from ._registry import ScopeRegistry
 from ._runtime import Runtime, Settled
 from ._scope import Scope
+from ._settings import Settings, read_settings, reconcile, record_settings, settings_chain
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 
 __all__ = ["Coordinator"]
@@ -65,12 +67,13 @@ def _memory_layers() -> bool:
 class Coordinator:
     """Open with `async with Coordinator.open(state_dir, repo=..., base=...) as coord`."""
 
-    def __init__(self, state: Path, trace: Trace, backend: Backend, chain: PolicyChain) -> None:
+    def __init__(self, state: Path, trace: Trace, backend: Backend, chain: PolicyChain,
+                 settings: Settings | None = None) -> None:
         self.state = state
         self.trace = trace
         self.backend = backend
         self.chain = chain
-        self.runtime = Runtime(state, trace, chain, backend.name)
+        self.runtime = Runtime(state, trace, chain, backend.name, settings)
         """What the scopes share (events, metrics, threads, pending intents, settings)."""
         self._lockfile: int | None = None
         self.cursor_key = os.urandom(16)
@@ -88,6 +91,14 @@ class Coordinator:
     def scopes(self) -> ScopeRegistry:
         """Every scope by name (discarded ones while live forks name them as parent)."""
         return self.runtime.scopes
+
+    @property
+    def settings(self) -> Settings:
+        """What this coordinator enforces: the settings the state records (see
+        `Coordinator.open`), with any in-memory change made through the setters
+        below (`exec_limits`, `toolchain`, `live_timeout`, `defer_timeout`), which
+        are not recorded."""
+        return self.runtime.settings
 
     @property
     def live_timeout(self) -> float:
@@ -144,6 +155,9 @@ class Coordinator:
         policies: Sequence[Policy] = (),
         clock: Callable[[], float] | None = None,
         journal: JournalBounds | None = None,
+        settings: Settings | None = None,
+        default_settings: Settings | None = None,
+        change_settings: bool = False,
     ) -> AsyncIterator[Coordinator]:
         """Open (or create) the coordinator state in `state_dir`.
 
@@ -155,11 +169,24 @@ class Coordinator:
         `clock` (epoch seconds) makes commit ids reproducible. `journal`: when
         the trace checkpoints and how much it holds meanwhile (JournalBounds).
 
-        Raises StateError when the directory is in use or was made from a
-        different snapshot, NotFound for an unknown repository or commit.
+        Settings (`Settings`: the policy chain as specs, gate rules, exec limits,
+        timeouts, toolchain) belong to the state: `settings` are recorded in its
+        trace the first time and enforced by whoever opens it next; None means
+        the recorded ones (or `default_settings`, recorded, for a state that
+        records none; or, with neither, no settings: the chain is `policies`
+        alone, as before settings existed). Settings other than the recorded ones
+        raise StateError unless `change_settings`, which records the change.
+        The chain is the settings' policies, then `policies` (in-process objects,
+        not recorded; one named like a spec, e.g. a `ConflictGuard`, takes that
+        spec's place).
+
+        Raises StateError when the directory is in use, was made from a
+        different snapshot, records other settings (see above) or names a policy
+        that cannot be loaded here; NotFound for an unknown repository or commit.
         """
+        asked = (settings, default_settings, change_settings)
         coord = await asyncio.to_thread(
-            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock, journal
+            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock, journal, asked
         )
         coord.runtime.bind_loop()
         try:
@@ -177,6 +204,7 @@ class Coordinator:
         policies: Sequence[Policy],
         clock: Callable[[], float] | None,
         journal: JournalBounds | None = None,
+        asked: tuple[Settings | None, Settings | None, bool] = (None, None, False),
     ) -> Coordinator:
         state = state.absolute()
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -207,18 +235,22 @@ class Coordinator:
                         f"{state} was created from snapshot {snapshot[:12]}, not {base} of "
                         f"{repo} ({wanted[:12]}); use another state directory"
                     )
+            settings, note = reconcile(state, read_settings(trace), *asked)
+            chain = PolicyChain(settings_chain(settings, policies))  # fails before any work
             try:
                 backend = sandboxes.choose_backend(
                     state / "ws", backend_name, tmpfs=_memory_layers()
                 )
             except SandboxError as e:
                 raise SandboxFailure(str(e), cause=e) from e
-            coord = cls(state, trace, backend, PolicyChain(policies))
+            coord = cls(state, trace, backend, chain, settings)
             coord._lockfile = lockfd
             coord.metrics.watch_journal(trace.journal)
             coord.metrics.watch_events(coord.events)
             coord._load_scopes(snapshot)
             restore_environment(coord.runtime)
+            if settings is not None and note is not None:
+                record_settings(trace, settings, note)
             trace.release_handle()  # this thread may never run again
             trace.start()
             return coord

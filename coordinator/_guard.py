@@ -2,7 +2,10 @@
 
 On every write intent it merges, for the written file only, the writer's
 tentative content against each live sibling's version over their merge base
-(libgit2's three-way file merge), under the merge driver the writer's
+(libgit2's three-way file merge), and against root's head: what merged into
+root stays claimed by the effects that wrote it, also after their scope was
+discarded (the later merge into root would conflict all the same). It merges
+under the merge driver the writer's
 committed `.gitattributes` name, as the merge will (`merge=union`: text never
 conflicts; `-merge`/`binary`: a file both changed does). A write whose hunks would conflict is
 blocked (or deferred) with a reason that names the file, the lines and the
@@ -12,6 +15,7 @@ scope (and effect) that own them. Explicit claims reserve paths or line ranges.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from ._trace import Trace
 
 __all__ = ["Claim", "ConflictGuard"]
+
+Owner = Callable[["Trace", "str | None", str, str], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +76,20 @@ class ConflictGuard:
         # their touched paths as they go, so this filter costs no git work.
         suspects = [s for s in view.siblings()
                     if s.touched is None or not s.touched.isdisjoint(paths)]
-        if not suspects:
+        me = view.head(view.scope)
+        if suspects:
+            touched = [(s.name, s.head, await view.touched(s)) for s in suspects]
+            found = await view.io(_check, view.trace, me, touched, changes)
+            if found:
+                return self._stop(*found)
+        root = next((s for s in view.scopes() if s.name == "root"), None)
+        if root is None or view.scope == "root" or not (
+                root.touched is None or not root.touched.isdisjoint(paths)):
             return None
-        touched = [(s.name, s.head, await view.touched(s)) for s in suspects]
-        found = await view.io(_check, view.trace, view.head(view.scope), touched, changes)
-        return self._stop(*found) if found else None
+        # Root's head holds what merged (from scopes live or gone): nothing to wait
+        # for there, so a conflict with it blocks whatever the mode.
+        reason = await view.io(_check_root, view.trace, me, root.head, changes)
+        return Decision(verdict="block", reason=reason) if reason else None
 
     def _stop(self, reason: str, owner: str) -> Decision:
         if self.mode == "defer":
@@ -110,6 +125,16 @@ def _check(
     return None
 
 
+def _check_root(trace: Trace, me: str, root_head: str, changes: list[FileChange]) -> str:
+    """Why `changes` would conflict with root's head (work merged into it, or
+    root's own), or ''."""
+    for change in changes:
+        reason = _conflict(trace, me, root_head, "root", change, owner=_merged_who)
+        if reason:
+            return reason
+    return ""
+
+
 def _writes(intent: Intent) -> list[FileChange]:
     match intent:
         case FsPatch() if intent.changes:
@@ -124,8 +149,10 @@ def _writes(intent: Intent) -> list[FileChange]:
 
 
 def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
-              change: FileChange) -> str:
-    """Why writing `change` would conflict with scope `theirs`, or ''."""
+              change: FileChange, *, owner: Owner | None = None) -> str:
+    """Why writing `change` would conflict with scope `theirs`, or ''. `owner`
+    names who wrote the lines (default `_who`) from (trace, writer commit,
+    theirs, their head)."""
     base = trace.merge_base(ours_head, theirs_head)
     if base is None:
         return ""
@@ -145,7 +172,10 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
         return ""
 
     def who() -> str:  # only a conflict's reason names it (a history walk and a read)
-        return _who(trace, trace.last_writer(theirs_head, base, path), theirs)
+        writer = trace.last_writer(theirs_head, base, path)
+        if owner is not None:
+            return owner(trace, writer, theirs, theirs_head)
+        return _who(trace, writer, theirs)
 
     if o is None or t is None:
         verb = "deleted" if t is None else "changed"
@@ -167,6 +197,28 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
 def _is_binary(trace: Trace, *sides: tuple[str, int]) -> bool:
     # git's test (a NUL in the first 8000 bytes): union gives up on binary files.
     return any(b"\0" in trace.blob(blob)[:8000] for blob, _ in sides)
+
+
+def _merged_who(trace: Trace, writer: str | None, root: str, root_head: str) -> str:
+    """The owner of lines on root's branch: the effect that wrote them and, when
+    they came through a merge, the scope it ran in and the merge commit."""
+    if writer is None:
+        return f"scope {root}"
+    effect = trace.show(writer).effect
+    if effect is None:
+        return f"scope {root}"
+    owner = f"scope {effect.scope} (effect {effect.id}, commit {writer[:10]})"
+    if effect.scope == root:
+        return owner
+    # The newest first-parent commit of root whose first parent does not hold the
+    # writer yet is the one that brought it in: the merge.
+    commit = trace.commit(root_head)
+    while commit.parent_ids:
+        first = str(commit.parent_ids[0])
+        if not trace.is_ancestor(writer, first):
+            return f"{owner} merged into {root} (commit {str(commit.id)[:10]})"
+        commit = commit.parents[0]
+    return f"{owner} merged into {root}"
 
 
 def _who(trace: Trace, writer: str | None, scope: str) -> str:

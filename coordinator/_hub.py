@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +23,7 @@ from ._openapi import Route
 from ._policy import Policy
 from ._reviewers import ReviewerPool
 from ._scope import Scope
+from ._settings import Settings
 
 __all__ = ["API_ROUTES", "HUB", "Hub", "ServerConfig"]
 
@@ -30,7 +32,15 @@ DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """How `corral serve` (or `make_app`) opens its coordinator and guards it."""
+    """How `corral serve` (or `make_app`) opens its coordinator and guards it.
+
+    The state's settings (`Settings`) are `settings` when given: recorded for a new
+    state; on one that records others the server refuses to start unless
+    `change_settings`, which records the change. With `settings` None the server
+    runs with the recorded ones, and for a state that records none with the ones
+    `guard`, `gate`, `gate_timeout`, `defer_timeout`, `exec_limits` and `toolchain`
+    describe (recorded then). `policies` are in-process objects, asked after the
+    settings' and never recorded."""
 
     state: Path
     repo: Path | None = None
@@ -58,9 +68,25 @@ class ServerConfig:
     """Seconds a request body may take to arrive (408 beyond)."""
     clock: Callable[[], float] | None = None
     """Fixed commit times, for reproducible traces (tests)."""
+    settings: Settings | None = None
+    """The settings to run with (see the class docstring)."""
+    change_settings: bool = False
+    """Record `settings` even when the state records others."""
     environment: Environment | None = None
     """The project's environment to set up in root before serving (`Coordinator.prepare`;
     None: none)."""
+
+    def default_settings(self) -> Settings:
+        """The settings the fields above describe (for a state that records none)."""
+        fields: dict[str, Any] = {
+            "policies": ("conflict-guard",) if self.guard else (),
+            "gate": tuple(str(r) for r in self.gate), "gate_timeout": self.gate_timeout,
+            "toolchain": tuple(Path(t).resolve() for t in self.toolchain)}
+        if self.defer_timeout is not None:
+            fields["defer_timeout"] = self.defer_timeout
+        if self.exec_limits is not None:
+            fields["exec_limits"] = self.exec_limits
+        return Settings(**fields)
 
 
 @dataclass(eq=False)
@@ -127,10 +153,8 @@ class Hub:
         return self.c.metrics.effect_seconds.labels(kind).time()
 
     def policies(self) -> list[Policy]:
-        from ._guard import ConflictGuard
-
-        chain: list[Policy] = [ConflictGuard()] if self.config.guard else []
-        return [*chain, *self.config.policies, self.reviewers, self.gate]
+        """The in-process policies, asked after the settings' (see ServerConfig)."""
+        return [*self.config.policies, self.reviewers, self.gate]
 
 
 HUB = web.AppKey("hub", Hub)

@@ -2,21 +2,28 @@
 
 A policy is one async callable `(intent, view) -> Decision | None`; None means
 abstain. The chain asks each policy in order and the first that does not
-abstain decides; when all abstain the intent is allowed. A policy that raises
-blocks the intent (fail closed) with the error as the reason.
+abstain decides; when all abstain the intent is allowed, and the decision says
+so: its `policy` is `ABSTAINED` ("default"), which no policy's own decision
+carries (a policy's decision is named after the policy). An entrance that must
+tell "a policy allowed this" from "nobody had an opinion" (the Claude Code hook:
+its "allow" skips the user's own permission prompt) reads that. A policy that
+raises blocks the intent (fail closed) with the error as the reason.
+
+Policies are named the same way everywhere (`load_policy`, in `_settings`
+with the settings that name them): `conflict-guard`, an entry point name of
+`corral.policies`, or `module:attr`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Protocol
 
 from ._effects import Decision, Intent
 from ._view import ScopeInfo, View
 
 __all__ = [
+    "ABSTAINED",
     "Policy",
     "PolicyChain",
     "ScopeInfo",
@@ -25,9 +32,12 @@ __all__ = [
     "allow_all",
     "block",
     "defer",
-    "load_policy",
+    "policy_name",
     "rewrite",
 ]
+
+ABSTAINED = "default"
+"""The `Decision.policy` of the chain's own allow when every policy abstained."""
 
 
 class Policy(Protocol):
@@ -55,7 +65,8 @@ async def allow_all(intent: Intent, view: View, /) -> Decision | None:
     return allow()
 
 
-def _name(policy: object) -> str:
+def policy_name(policy: object) -> str:
+    """A policy's name (its `name`, else its function's or class's name)."""
     return str(
         getattr(policy, "name", None)
         or getattr(policy, "__name__", None)
@@ -85,7 +96,7 @@ class PolicyChain:
 
     async def _decide(self, intent: Intent, view: View) -> Decision:
         for policy in self.policies:
-            name = _name(policy)
+            name = policy_name(policy)
             try:
                 decision = await policy(intent, view)
             except Exception as e:  # fail closed: an unsure supervisor blocks
@@ -93,34 +104,7 @@ class PolicyChain:
                     verdict="block", reason=f"policy {name} failed: {e!r}", policy=name
                 )
             if decision is not None:
-                if decision.policy == "default":
+                if decision.policy == ABSTAINED:
                     decision = decision.model_copy(update={"policy": name})
                 return decision
-        return Decision(verdict="allow", policy="default")
-
-
-def load_policy(spec: str) -> Policy:
-    """The policy named `spec`: an entry point of the group `corral.policies`
-    (e.g. "allow-all") or a `module:attr` path. A class (or any callable taking
-    no arguments that is not itself a policy function) is not instantiated:
-    name an instance or a function. Raises LookupError when nothing matches."""
-    if ":" in spec:
-        module, _, attr = spec.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as e:
-            raise LookupError(f"cannot load policy {spec!r}: {e}") from e
-    else:
-        found = [ep for ep in entry_points(group="corral.policies") if ep.name == spec]
-        if not found:
-            names = sorted(ep.name for ep in entry_points(group="corral.policies"))
-            raise LookupError(
-                f"no policy {spec!r} in entry point group corral.policies "
-                f"(found: {', '.join(names) or 'none'}); or give module:attr"
-            )
-        obj = found[0].load()
-    if not callable(obj):
-        raise LookupError(f"policy {spec!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+        return Decision(verdict="allow", policy=ABSTAINED)

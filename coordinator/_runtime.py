@@ -6,6 +6,12 @@ policy chain, the event bus, the metrics, the thread adapter for blocking
 work, the intents pending a decision, the waiters for a scope to settle, the
 scope registry and the settings of commands and decisions. The coordinator
 builds it, owns its lifecycle (open, close) and keeps the registry in it.
+
+The settings are one frozen `Settings` value (`settings`), the one the state
+records; `exec_limits`, `toolchain`, `live_timeout` and `defer_timeout` read it.
+Assigning them still works (it replaces `settings` in memory, for this run only,
+unrecorded); what issue 24 leaves is to make those setters go, so the runtime
+holds live state only.
 """
 
 from __future__ import annotations
@@ -26,15 +32,12 @@ from ._events import EventBus
 from ._metrics import Metrics
 from ._policy import PolicyChain
 from ._registry import ScopeRegistry
+from ._settings import DEFER_TIMEOUT_S, LIVE_TIMEOUT_S, Settings
 from ._trace import Trace
 
 __all__ = ["DEFER_TIMEOUT_S", "LIVE_TIMEOUT_S", "Runtime", "Settled"]
 
 T = TypeVar("T")
-
-DEFER_TIMEOUT_S = 600.0
-LIVE_TIMEOUT_S = 10.0
-"""Default time the policy chain has to decide on one live call."""
 
 Settled = Literal["merged", "discarded", "gone", "timeout"]
 
@@ -42,7 +45,8 @@ Settled = Literal["merged", "discarded", "gone", "timeout"]
 class Runtime:
     """The shared state of one open coordinator (see the module docstring)."""
 
-    def __init__(self, state: Path, trace: Trace, chain: PolicyChain, backend: str) -> None:
+    def __init__(self, state: Path, trace: Trace, chain: PolicyChain, backend: str,
+                 settings: Settings | None = None) -> None:
         self.state = state
         self.trace = trace
         self.chain = chain
@@ -61,20 +65,50 @@ class Runtime:
         self.loop_thread: int | None = None
         """Its thread's kernel id: a fuse call from it must not wait for the loop."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
-        self.live_timeout = LIVE_TIMEOUT_S
-        """Seconds the policy chain has to decide on a live call in a fuse workspace
-        before the call is denied (and the denial recorded)."""
-        self.defer_timeout = DEFER_TIMEOUT_S
-        """Seconds a deferred intent waits for the scope it waits on to merge
-        (or be discarded) before it is blocked."""
-        self.exec_limits = Limits()
-        """What one command may use (processes, memory, output, file and layer
-        size, the longest timeout)."""
-        self.toolchain: tuple[Path, ...] = ()
-        """Host directories a command sees read-only (their bin/ first on its PATH)."""
+        self.settings = settings if settings is not None else Settings()
+        """What this coordinator enforces (the state's recorded settings)."""
         self.command_env: dict[str, str] = {}
         """Variables of the prepared project environment (`Coordinator.prepare`) every
         command run without an env of its own gets; its PATH goes before the default."""
+
+    @property
+    def live_timeout(self) -> float:
+        """Seconds the policy chain has to decide on a live call in a fuse workspace
+        before the call is denied (and the denial recorded)."""
+        return self.settings.live_timeout
+
+    @live_timeout.setter
+    def live_timeout(self, value: float) -> None:
+        self.settings = self.settings.model_copy(update={"live_timeout": value})
+
+    @property
+    def defer_timeout(self) -> float:
+        """Seconds a deferred intent waits for the scope it waits on to merge
+        (or be discarded) before it is blocked."""
+        return self.settings.defer_timeout
+
+    @defer_timeout.setter
+    def defer_timeout(self, value: float) -> None:
+        self.settings = self.settings.model_copy(update={"defer_timeout": value})
+
+    @property
+    def exec_limits(self) -> Limits:
+        """What one command may use (processes, memory, output, file and layer
+        size, the longest timeout)."""
+        return self.settings.exec_limits
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None:
+        self.settings = self.settings.model_copy(update={"exec_limits": value})
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]:
+        """Host directories a command sees read-only (their bin/ first on its PATH)."""
+        return self.settings.toolchain
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None:
+        self.settings = self.settings.model_copy(update={"toolchain": tuple(value)})
 
     def bind_loop(self) -> None:
         """Remember the running loop (and its thread) as the coordinator's."""

@@ -16,7 +16,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import _default_expect_handler
@@ -198,16 +197,17 @@ async def _coordinator_ctx(app: web.Application) -> AsyncIterator[None]:
     hub = app[HUB]
     cfg = hub.config
     async with Coordinator.open(cfg.state, repo=cfg.repo, base=cfg.base, backend=cfg.backend,
-                                policies=hub.policies(), clock=cfg.clock) as coord:
+                                policies=hub.policies(), clock=cfg.clock,
+                                settings=cfg.settings, default_settings=cfg.default_settings(),
+                                change_settings=cfg.change_settings) as coord:
         hub.tokens = await asyncio.to_thread(Tokens.load, coord.state, cfg.admin_token)
         hub.coord = coord
         coord.events.listen(hub.on_event)
+        # The gate holds what the state's settings name (the recorded rules, not
+        # only the ones this server was started with).
+        hub.gate.rules = coord.settings.gate_rules()
+        hub.gate.timeout = coord.settings.gate_timeout
         hub.gate.events = coord.events
-        if cfg.defer_timeout is not None:
-            coord.defer_timeout = cfg.defer_timeout
-        if cfg.exec_limits is not None:
-            coord.exec_limits = cfg.exec_limits
-        coord.toolchain = tuple(Path(t).resolve() for t in cfg.toolchain)
         if cfg.environment is not None:  # before listening: no scope forks without it
             await coord.prepare(cfg.environment,
                                 progress=lambda text: print(text, file=sys.stderr, flush=True))

@@ -226,6 +226,34 @@ def trace_graph(state: StateOpt = Path(".corral")) -> None:
                     f"--glob={SCOPE_PREFIX}*", "--glob=refs/corral/archive/*"])
 
 
+@trace_app.command("settings")
+def trace_settings(
+    state: StateOpt = Path(".corral"),
+    history: Annotated[bool, typer.Option("--history", metavar="",
+                                          help="Every recorded change, newest first.")
+                       ] = False,
+) -> None:
+    """The settings the state records (policies, gate, limits, timeouts, toolchain), as
+    JSON. Stock git shows the same:
+    `git --git-dir STATE/trace.git show refs/corral/settings:settings.json`."""
+    from ._settings import SETTINGS_REF, read_settings
+
+    trace = _trace(state)
+    settings = read_settings(trace)
+    if settings is None:
+        fail(f"{state} records no settings (none were given when it was made; `corral serve` "
+             "records its own)")
+    if not history:
+        sys.stdout.write(settings.model_dump_json(indent=2) + "\n")
+        return
+    commit = trace.ref(SETTINGS_REF)
+    while commit is not None:
+        c = trace.commit(commit)
+        console.print(f"{commit[:10]}  {c.message.splitlines()[0]}", highlight=False,
+                      soft_wrap=True)
+        commit = str(c.parent_ids[0]) if c.parent_ids else None
+
+
 @app.command()
 def serve(
     state: StateOpt = Path(".corral"),
@@ -242,8 +270,8 @@ def serve(
         typer.Option("--policy", help="A policy: entry point name (corral.policies) or "
                      "module:attr. Repeatable; asked in order after the conflict guard."),
     ] = None,
-    guard: Annotated[bool, typer.Option("--guard/--no-guard",
-                                        help="Run the conflict guard first.")] = True,
+    guard: Annotated[Optional[bool], typer.Option(  # noqa: UP045
+        "--guard/--no-guard", help="Run the conflict guard first (default: on).")] = None,
     gate: Annotated[
         Optional[list[str]],  # noqa: UP045
         typer.Option("--gate", help="Hold intents at the human gate: KIND or KIND:GLOB "
@@ -280,19 +308,27 @@ def serve(
     body_timeout: Annotated[float, typer.Option(
         help="Seconds a request body may take to arrive (408 beyond).")] = 30.0,
     backend: BackendOpt = None,
+    change_settings: Annotated[bool, typer.Option(
+        "--change-settings", help="Record the settings given here (policies, guard, gate, "
+        "timeouts, limits, toolchain) as the state's, when it records others.")] = False,
     setup: SetupOpt = None,
     no_setup: NoSetupFlag = False,
 ) -> None:
     """Serve the coordinator over HTTP: the JSON API, WebSockets, /metrics, /openapi.json,
-    and the dashboard at / (open it in a browser; it asks for the admin token)."""
+    and the dashboard at / (open it in a browser; it asks for the admin token).
+
+    The state remembers its settings (policies, guard, gate, timeouts, limits, toolchain):
+    recorded when it is made, enforced by every entrance that opens it. With none of their
+    options given, the recorded ones apply; options that differ from them are refused
+    unless --change-settings, which records the change (`corral trace settings`)."""
     import os
 
     from sandboxes import parse_limits
 
     from ._gate import GateRule
     from ._hub import ServerConfig
-    from ._policy import load_policy
     from ._server import run_server
+    from ._settings import DEFER_TIMEOUT_S, Settings, load_policy
 
     token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
     if admin_token_file is not None:
@@ -305,18 +341,28 @@ def serve(
         token, print_token = _state_admin_token(state)
         if not print_token:
             err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
+    given = (policy, guard, gate, gate_timeout, defer_timeout, toolchain, limit)
+    settings: Settings | None = None
     try:
-        policies = [load_policy(p) for p in policy or []]
-        limits = parse_limits(limit or [])
+        for p in policy or []:
+            load_policy(p)  # a bad name fails here, before the state is opened
+        if any(v is not None for v in given):
+            settings = Settings(
+                policies=(*(["conflict-guard"] if guard is not False else []), *(policy or [])),
+                gate=tuple(str(GateRule.parse(g)) for g in gate or []), gate_timeout=gate_timeout,
+                exec_limits=parse_limits(limit or []),
+                toolchain=tuple(t.resolve() for t in toolchain or ()),
+                defer_timeout=defer_timeout if defer_timeout is not None else DEFER_TIMEOUT_S)
+        elif change_settings:
+            fail("--change-settings changes nothing without the settings to record "
+                 "(--policy, --guard/--no-guard, --gate, --limit, --toolchain, timeouts)")
     except (LookupError, ValueError) as e:
         fail(str(e))
         return
     config = ServerConfig(
-        state=state, repo=repo, base=base, backend=backend, policies=policies, guard=guard,
-        gate=[GateRule.parse(g) for g in gate or []], gate_timeout=gate_timeout,
-        defer_timeout=defer_timeout, admin_token=token, max_body=max_body,
-        exec_limits=limits, toolchain=tuple(toolchain or ()),
-        body_timeout=body_timeout, environment=environment_of(setup, None, no_setup),
+        state=state, repo=repo, base=base, backend=backend, admin_token=token,
+        max_body=max_body, body_timeout=body_timeout, settings=settings,
+        change_settings=change_settings, environment=environment_of(setup, None, no_setup),
     )
     try:
         asyncio.run(run_server(config, host, port, print_token=print_token))

@@ -16,10 +16,10 @@ from ._policy import (
     allow_all,
     block,
     defer,
-    load_policy,
     rewrite,
 )
 from ._reviewers import ReviewerPool
+from ._settings import load_policy
 
 __all__ = [
     "Claim",

@@ -6,8 +6,9 @@ would: alice edits src/app.py and makes one real model call (the `openai` SDK ag
 the local scripted model server); bob's write of the same lines is blocked, he adds a
 module, runs a failing command and is rewound past it by the supervisor; a short-lived
 helper scope `docs` edits README.md, is merged into root and discarded; bob then edits
-the same line (nobody live owns it, so the guard lets it pass) and root merges alice,
-so a dry run of bob into root conflicts in README.md; last,
+the same line with the guard stepped aside for that one write (what merged stays claimed,
+so the guard would block it) and root merges alice, so a dry run of bob into root
+conflicts in README.md; last,
 bob's write of `held/notes.md` waits at the gate (the task is `Run.held`).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from agents import ModelCaller
 from agents.model_server import ScriptedModelServer
 from agents.providers import ModelRequest, OpenAIProvider, UserMessage
-from coordinator import GateRule
+from coordinator import ConflictGuard, GateRule
 from coordinator._api import ResultOut
 
 from .server_fixtures import Served, held_at_gate, serve
@@ -83,7 +84,15 @@ async def scripted_run(state: Path, repo: Path) -> AsyncIterator[Run]:
         assert m.ok and m.commit
         commits["root_merge_docs"] = m.commit
         await c.discard("docs")
-        r = await c.write("bob", "README.md", b"# sample, as bob sees it\n")
+        # The dashboard needs a conflict to preview: this one write gets past the guard
+        # (which keeps docs' merged line claimed) as an unguarded agent's would.
+        chain = srv.hub.c.chain.policies
+        at = next(i for i, p in enumerate(chain) if isinstance(p, ConflictGuard))
+        guard = chain.pop(at)
+        try:
+            r = await c.write("bob", "README.md", b"# sample, as bob sees it\n")
+        finally:
+            chain.insert(at, guard)
         assert r.ok, r
         commits["bob_readme"] = r.commit or ""
         m = await c.merge("root", "alice")
