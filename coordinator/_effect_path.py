@@ -135,6 +135,7 @@ class EffectPath:
         *,
         touched: frozenset[str] | None,
         check_live: Callable[[], None],
+        restore: Callable[[str, TreeChanges], None] | None = None,
     ) -> None:
         self.rt = runtime
         self.name = name
@@ -146,6 +147,10 @@ class EffectPath:
         changed back stays in); None when unknown (after a rewind or a merge)."""
         self.lock = asyncio.Lock()
         self._check_live = check_live
+        self._restore = restore
+        """Puts the workspace's `changes` paths back as commit `head` has them: for
+        an act that changed files but whose commit failed (a full disk), so the
+        workspace never holds what its head does not."""
 
     async def perform(
         self, intent: Intent, act: Act | InThread, *, cause: str | None = None
@@ -212,7 +217,12 @@ class EffectPath:
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
-            return await self.record(effect, changes, parents=parents, tree=tree)
+            try:
+                return await self.record(effect, changes, parents=parents, tree=tree)
+            except Exception:
+                if self._restore is not None and changes:
+                    await self.rt.io(self._restore, given.head, changes)
+                raise
         finally:
             rt.pending.pop(pending.id, None)
 
@@ -310,10 +320,15 @@ class EffectPath:
             effect = pending.model_copy(
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
-            t = tree or trace.build_tree(trace.commit_tree(head), changes)
-            sha = trace.commit_effect(
-                effect, t, parents if parents is not None else [head], ref=act.ref
-            )
+            try:
+                t = tree or trace.build_tree(trace.commit_tree(head), changes)
+                sha = trace.commit_effect(
+                    effect, t, parents if parents is not None else [head], ref=act.ref
+                )
+            except Exception:
+                if self._restore is not None and changes:
+                    self._restore(head, changes)
+                raise
             if act.after is not None:
                 act.after(sha)
             return effect, sha, changes

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import pygit2
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -47,13 +47,43 @@ from ._ignore import IgnoreRules, load_ignored
 from ._setups import Files, Step, detect, key_files, registry_dirs, registry_env, tool
 
 if TYPE_CHECKING:
-    from ._coordinator import Coordinator
+    from sandboxes import Limits
+
     from ._runtime import Runtime
+    from ._scope import Scope
     from ._trace import Trace
 
 __all__ = ["Environment", "PreparedEnvironment", "SetupFailed", "prepare", "restore"]
 
 log = logging.getLogger("corral")
+
+_T = TypeVar("_T")
+
+
+class Coordinator(Protocol):
+    """What preparing an environment needs of the coordinator. A Protocol: no
+    module of coordinator/ but its face imports the Coordinator class."""
+
+    state: Path
+    trace: Trace
+    runtime: Runtime
+
+    @property
+    def root(self) -> Scope: ...
+
+    @property
+    def exec_limits(self) -> Limits: ...
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None: ...
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]: ...
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None: ...
+
+    async def io(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T: ...
 
 SETUP_TIMEOUT_S = 1800.0
 _SETUP_TMP = 2048 * 1024 * 1024  # pip unpacks and builds wheels in /tmp

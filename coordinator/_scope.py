@@ -11,11 +11,12 @@ lock; different scopes run concurrently.
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxes import Workspace, default_env
+from sandboxes import Change, Workspace, apply_changes, default_env
 
 from . import _file_effects as file_effects
 from . import _history as history
@@ -84,6 +85,7 @@ class Scope:
             runtime, name, head, seq,
             touched=frozenset() if head == fork_point else None,
             check_live=self._check_live,
+            restore=self._restore,
         )
         """Where every effect of this scope goes: its lock, next seq and head."""
         self._remounting: asyncio.Future[None] | None = None
@@ -95,6 +97,19 @@ class Scope:
         # backend that intercepts `path` (fuse), calls made there are asked here.
         self.live: LiveWrites | None = attach_live(workspace, self.effect_path,
                                                    lambda: self.discarded)
+
+    def _restore(self, head: str, changes: TreeChanges) -> None:
+        """Make the workspace's `changes` paths what commit `head` holds (the undo
+        of an act whose commit failed). Blocking: run on an io thread."""
+        tree = self.runtime.trace.tree_of(head)
+        back = []
+        for path in sorted(changes):
+            obj = self.runtime.trace.entry(tree, path)
+            if obj is None or obj.type_str != "blob":
+                back.append(Change(path, None))
+            else:
+                back.append(Change(path, obj.read_raw(), obj.filemode))
+        apply_changes(self.workspace.backing, back)
 
     def __repr__(self) -> str:
         return f"<Scope {self.name} at {self.head[:12]}{' discarded' if self.discarded else ''}>"
@@ -169,9 +184,14 @@ class Scope:
         target = resolve_in(self.workspace.backing, path, follow_last=True)
 
         def read() -> bytes:
-            if target.is_dir():
-                raise IsADirectoryError(f"{path} is a directory")
-            return target.read_bytes()
+            try:
+                if target.is_dir():
+                    raise IsADirectoryError(f"{path} is a directory")
+                return target.read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                # in the scope's words: the workspace's own path is the coordinator's
+                raise FileNotFoundError(errno.ENOENT, f"no file {path!r} in scope "
+                                        f"{self.name!r}") from None
 
         try:
             small = target.stat().st_size <= INLINE_BYTES

@@ -45,7 +45,8 @@ def test_help_lists_every_packages_commands() -> None:
     assert r.returncode == 0, r.stderr
     listed = {line.split()[0] for line in r.stdout.split("Commands:")[1].splitlines()
               if line.strip()}
-    assert listed == {"serve", "trace", "demo", "run", "mcp", "hook", "model-server", "bench"}
+    assert listed == {"serve", "trace", "demo", "run", "runs", "mcp", "hook", "model-server",
+                      "bench"}
     r = _corral("bench", "--help")
     for name in ("substrate", "soak", "server", "replay", "cooperbench"):
         assert name in r.stdout

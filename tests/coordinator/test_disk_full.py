@@ -112,6 +112,12 @@ async def test_writes_on_a_full_disk_answer_507_and_lose_nothing(small_disk, sam
         health = await c.request("GET", "/v1/health")
         assert health["ok"] is True
         filler.unlink()
+        # a refused write left nothing in the workspace: it holds what its head holds
+        for i in range(3):
+            with pytest.raises(FileNotFoundError, match=f"no file 'full-{i}.txt' in scope 'a'"):
+                await c.read("a", f"full-{i}.txt")
+        with pytest.raises(FileNotFoundError):
+            await c.read("a", "full-client.txt")
         r = await c.write("a", "after.txt", _content(5))
         assert r.ok
         acknowledged["after.txt"] = _content(5)
