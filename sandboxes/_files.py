@@ -237,24 +237,99 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
 
     Raises ValueError for a path that is absolute or leaves `root`.
     """
-    for change in changes:
-        rel = _check(change.path)
-        target = root / rel
-        if change.data is None:
-            if _parents_are_dirs(root, rel):
-                remove_path(target)
-            _prune(root, rel)
-            continue
-        _make_parents(root, rel)
-        if change.mode != MODE_LINK and _overwrite(target, change):
-            continue
-        remove_path(target)
-        if change.mode == MODE_LINK:
-            os.symlink(os.fsdecode(change.data), target)
-            continue
-        # written before chmod so a umask cannot leave the exec bit out
-        target.write_bytes(change.data)
-        os.chmod(target, 0o755 if change.mode == MODE_EXEC else 0o644)
+    parents = _Parents(root)
+    try:
+        for change in changes:
+            rel = _check(change.path)
+            target = root / rel
+            if change.data is None:
+                parents.clear()  # the deletion may take directories with it
+                if _parents_are_dirs(root, rel):
+                    remove_path(target)
+                _prune(root, rel)
+                continue
+            if change.mode != MODE_LINK and _create(parents, rel, change):
+                continue  # a new file: the common case, two system calls
+            parents.clear()
+            _make_parents(root, rel)
+            if change.mode != MODE_LINK and _overwrite(target, change):
+                continue
+            remove_path(target)
+            if change.mode == MODE_LINK:
+                os.symlink(os.fsdecode(change.data), target)
+                continue
+            # written before chmod so a umask cannot leave the exec bit out
+            target.write_bytes(change.data)
+            os.chmod(target, 0o755 if change.mode == MODE_EXEC else 0o644)
+    finally:
+        parents.clear()
+
+
+class _Parents:
+    """The directories one apply_changes writes into, each made (as
+    _make_parents does) and opened once, reached without following symlinks."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._fds: dict[str, int] = {}
+
+    def fd(self, parent: str) -> int | None:
+        fd = self._fds.get(parent)
+        if fd is None:
+            if parent:
+                _make_parents(self._root, parent + "/x")
+            root_fd = open_root(self._root)
+            try:
+                fd = open_dir(root_fd, parent) if parent else os.dup(root_fd)
+            finally:
+                os.close(root_fd)
+            if fd is None:
+                return None
+            self._fds[parent] = fd
+        return fd
+
+    def clear(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _create(parents: _Parents, rel: str, change: Change) -> bool:
+    """Write `change` as a new file (O_EXCL); False when something is at the path."""
+    parent, _, name = rel.rpartition("/")
+    dir_fd = parents.fd(parent)
+    if dir_fd is None:
+        return False
+    want = 0o755 if change.mode == MODE_EXEC else 0o644
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     want, dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    try:
+        data = change.data or b""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if want & _UMASK:
+            os.fchmod(fd, want)  # a umask took bits the mode needs
+    finally:
+        os.close(fd)
+    return True
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o777  # unknown: always fchmod
+
+
+_UMASK = _umask()
 
 
 def _overwrite(target: Path, change: Change) -> bool:

@@ -134,6 +134,8 @@ class WarmSandbox:
         self._ctl: socket.socket | None = None
         self._group: CommandGroup | None = None
         self._launcher: int | None = None
+        self._kill_lock = threading.Lock()
+        self._closed = False
         python, binds = _interpreter()
         slot.mkdir(mode=0o711)
         for d in ("repo", "tmp", "shm"):
@@ -370,20 +372,22 @@ class WarmSandbox:
 
     def _kill(self) -> None:
         """SIGKILL bubblewrap and wait (up to a second) until the launcher is gone:
-        the sandbox's pid namespace, and every process in it, ends with it."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if self._launcher is not None:
+        the sandbox's pid namespace, and every process in it, ends with it.
+        Safe from any thread, at once (the LRU may stop a box its pool drops)."""
+        with self._kill_lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            launcher, self._launcher = self._launcher, None
+        if launcher is not None:
             with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self._launcher, signal.SIGKILL)
+                signal.pidfd_send_signal(launcher, signal.SIGKILL)
             with selectors.DefaultSelector() as sel:
-                sel.register(self._launcher, selectors.EVENT_READ)
+                sel.register(launcher, selectors.EVENT_READ)
                 sel.select(timeout=1.0)  # readable once the process has exited
-            os.close(self._launcher)
-            self._launcher = None
+            os.close(launcher)
 
     def try_close(self) -> bool:
         """Close unless a command is running; True when closed."""
@@ -396,17 +400,22 @@ class WarmSandbox:
         return True
 
     def close(self) -> None:
-        """Stop the sandbox and remove its slot. Idempotent."""
+        """Stop the sandbox and remove its slot. Idempotent, and safe from two
+        threads at once."""
         _recent.forget(self)
         self._kill()
-        if self._group is not None:
-            self._group.close()
-            self._group = None
+        with self._kill_lock:
+            group, self._group = self._group, None
+            ctl, self._ctl = self._ctl, None
+            if self._closed:
+                return
+            self._closed = True
+        if group is not None:
+            group.close()
         if self._proc is not None and self._proc.stderr is not None:
             self._proc.stderr.close()
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
+        if ctl is not None:
+            ctl.close()
         for point in ("repo", "tmp", "shm", ""):
             with contextlib.suppress(MountError):
                 umount(self._slot / point if point else self._slot, detach=True)

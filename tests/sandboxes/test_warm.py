@@ -284,3 +284,36 @@ def test_a_toolchain_under_tmp_is_seen_by_warm_commands(tmp_path: Path) -> None:
 def _pid_ns_warm(ws: Workspace, tool: Path) -> str:
     return ws.run(["readlink", "/proc/self/ns/pid"], timeout=30,
                   toolchain=[tool]).stdout.decode().strip()
+
+
+def test_closing_one_sandbox_from_two_threads_at_once(tmp_path: Path) -> None:
+    """The LRU may stop a sandbox while its workspace drops it: both closes return
+    (the soak once died of a TypeError here) and nothing of it is left."""
+    import threading
+
+    backend = sandboxes.OverlayBackend(tmp_path / "state")
+    try:
+        for _ in range(5):
+            ws = backend.base("k", lambda r: (r / "f").write_text("f")).fork("c")
+            sh(ws, "true")
+            pool = ws._sandboxes  # type: ignore[attr-defined]
+            box = next(iter(pool._boxes.values()))
+            errors: list[BaseException] = []
+            threads = [threading.Thread(target=_close_into, args=(box, errors)) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            assert sh(ws, "echo again").stdout == b"again\n"  # a new sandbox
+            ws.discard()
+        assert _bwraps_under(exec_base(backend.root)) == []
+    finally:
+        backend.close()
+
+
+def _close_into(box, errors: list[BaseException]) -> None:
+    try:
+        box.close()
+    except BaseException as e:  # collected for the test's assert
+        errors.append(e)
