@@ -228,6 +228,7 @@ async def _reopen(state: Path, killed: int, base: str) -> dict[str, Any]:
         # finish dying: bubblewrap's die-with-parent is a signal), cgroups, mounts
         def left() -> int:
             return sum(1 for p in os.listdir("/proc") if p.isdigit() and base
+                       and int(p) != os.getpid()  # this process is given `base` itself
                        and _cmdline_has(int(p), base))
 
         deadline = time.monotonic() + 5
