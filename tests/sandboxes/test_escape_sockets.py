@@ -23,23 +23,10 @@ from pathlib import Path
 
 import pytest
 
-import sandboxes
 from coordinator import Coordinator, ExecOutcome
 from sandboxes._seccomp import _ARCHES, seccomp_filter
 
-
-def _why_skip() -> str | None:
-    if os.geteuid() != 0:
-        return "the socket escape suite runs the sandbox as root does (needs root)"
-    if shutil.which("bwrap") is None:
-        return "bubblewrap is not installed"
-    reason = sandboxes.OverlayBackend.unavailable_reason()
-    if reason is not None:
-        return f"overlay backend unavailable: {reason}"
-    if Path("/proc/sys/user/max_user_namespaces").read_text().strip() == "0":
-        return "user namespaces are disabled (user.max_user_namespaces = 0)"
-    return None
-
+from .test_escape import _why_skip  # one skip rule for every escape suite
 
 _MARKS = (pytest.mark.skipif(_why_skip() is not None, reason=str(_why_skip())),
           pytest.mark.root, pytest.mark.slow)
