@@ -219,11 +219,20 @@ class Chatty:
 
     async def run(self, job: Job) -> AgentReport:
         report = AgentReport()
+        sent = 0
         for mate in job.teammates:
             r = await job.scope.send(mate, f"hello from {job.role}")
             report.notes.append("blocked" if r.blocked else "sent")
-        await asyncio.sleep(0.05)
-        report.notes.extend(m.text for m in job.scope.take_messages())
+            sent += not r.blocked
+        # Wait for the teammates' messages (as many as went out: the policy is the
+        # same both ways), not for a pause that a slow machine outlasts.
+        received: list[str] = []
+        for _ in range(1000):
+            received += [m.text for m in job.scope.take_messages()]
+            if len(received) >= sent:
+                break
+            await asyncio.sleep(0.01)
+        report.notes.extend(received)
         report.steps = 1
         report.error = "; ".join(report.notes)  # surfaced in the result's reason
         return report

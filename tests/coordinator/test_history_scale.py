@@ -55,13 +55,15 @@ async def test_writers_wait_while_the_journal_is_full_and_resume_after_the_check
         task = asyncio.create_task(writer())
         try:
             await asyncio.to_thread(writing.wait, 30)  # the first checkpoint is stuck
-            for _ in range(200):  # let the writer run into the full journal
+            # The writer is held when it parks in the journal's wait list (what
+            # room() does while the journal is full): an event, not a pause.
+            deadline = asyncio.get_running_loop().time() + 30
+            while not journal._waiters:
+                assert asyncio.get_running_loop().time() < deadline, "the writer never waited"
                 await asyncio.sleep(0.005)
-                if journal.full():
-                    break
             stalled = len(done)
-            await asyncio.sleep(0.2)
-            assert journal.full() and len(done) == stalled < 200, "the writer was held back"
+            assert journal.full() and stalled < 200, "the writer was held back"
+            assert not task.done() and len(done) == stalled
             held = len(journal.objects) + len(journal.sealed)
             assert held <= 2 * 40 + 8, f"{held} objects held: the bound did not hold"
         finally:
