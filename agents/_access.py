@@ -19,12 +19,15 @@ from coordinator.client import CorralClient, ExecResultOut, ResultOut
 __all__ = ["RUN_ENV", "LocalAccess", "RemoteAccess", "Said", "ScopeAccess", "blocked_text"]
 
 RUN_ENV = {
-    "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
     "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
     # Bytecode caches would show up in the agent's patch of a repo without a .gitignore.
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-"""The environment of an agent's commands: nothing of the host's but PATH."""
+"""Variables of an agent's commands, over the scope's command environment
+(`Scope.exec_env`: the prepared project environment's PATH and variables, the
+toolchain). Nothing of the host's: a host PATH would hide the project's virtualenv."""
+
+_HOST_PATH = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,10 @@ class ScopeAccess(Protocol):
     async def delete(self, path: str) -> Said: ...
 
     async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
-                  cause: str | None = None) -> Said: ...
+                  cause: str | None = None) -> Said:
+        """Run a command in the scope (reviewed like any exec); `env` is added to the
+        scope's command environment."""
+        ...
 
     async def send(self, to: str, text: str) -> Said: ...
 
@@ -130,6 +136,8 @@ class LocalAccess:
 
     async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
                   cause: str | None = None) -> Said:
+        # `env` goes over the scope's own command environment: the project's venv first
+        env = {**self.scope.exec_env(), **env}
         return await self._said(
             await self.scope.exec(argv, timeout=timeout, env=env, cause=cause))
 
@@ -183,6 +191,8 @@ class RemoteAccess:
 
     async def run(self, argv: list[str], timeout: float, env: dict[str, str], *,
                   cause: str | None = None) -> Said:
+        # The server's command environment is not known here: PATH as before.
+        env = {"PATH": _HOST_PATH, **env}
         return self._said(await self.client.exec(self.name, argv, timeout=timeout, env=env,
                                                  cause=cause))
 

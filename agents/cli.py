@@ -90,7 +90,9 @@ def run_cmd(
         typer.Option(help="Base URL of an OpenAI-/Anthropic-compatible server."),
     ] = None,
     supervisor: Annotated[
-        str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL, or none.")
+        str, typer.Option(help="conflict-guard, llm:PROVIDER/MODEL, none, or policy names "
+                          "(an entry point of corral.policies, module:attr), comma-separated; "
+                          "recorded in the run's state.")
     ] = "conflict-guard",
     state: Annotated[
         Optional[Path],  # noqa: UP045

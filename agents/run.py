@@ -44,6 +44,7 @@ from coordinator import (
     Policy,
     PreparedEnvironment,
     Scope,
+    Settings,
 )
 
 from ._branches import git_identity, push, squash
@@ -62,6 +63,7 @@ __all__ = [
     "parse_supervisor",
     "render_report",
     "resume_options",
+    "run_settings",
     "run_tasks",
     "run_with_progress",
 ]
@@ -171,6 +173,27 @@ def parse_supervisor(spec: str) -> tuple[list[Policy], str | None]:
     except LookupError as e:
         raise ValueError(f"unknown supervisor {spec!r}: use conflict-guard, "
                          f"llm:PROVIDER/MODEL, none, or policy names ({e})") from e
+
+
+def run_settings(supervisor: str, environment: Environment | None) -> Settings:
+    """The settings a run records in its state (so `corral mcp --state`, `corral serve`
+    and `Coordinator.open` on it enforce the same chain): the policies `--supervisor`
+    names (the LLM supervisor is a meta-agent, not a policy: its guard is), default
+    exec limits (a run has no option for them) and the `--toolchain` directories.
+    Raises CorralError for a toolchain directory that does not exist."""
+    if supervisor == "none":
+        specs: tuple[str, ...] = ()
+    elif supervisor.startswith("llm:") and "/" in supervisor:
+        specs = ("conflict-guard",)
+    else:
+        specs = tuple(part.strip() for part in supervisor.split(","))
+    toolchain = []
+    for t in environment.toolchain if environment is not None else ():
+        path = Path(t).resolve()
+        if not path.is_dir():
+            raise CorralError(f"toolchain directory {t} does not exist")
+        toolchain.append(path)
+    return Settings(policies=specs, toolchain=tuple(dict.fromkeys(toolchain)))
 
 
 def models_per_agent(models: str | Sequence[str], tasks: Sequence[str]) -> list[str]:
@@ -320,7 +343,8 @@ async def run_tasks(
     repo = Path(repo).resolve()
     run_id = run_id or new_run_id()
     state_dir = Path(state) if state is not None else default_state(repo, run_id)
-    policies, meta_spec = parse_supervisor(supervisor)
+    _, meta_spec = parse_supervisor(supervisor)
+    asked = run_settings(supervisor, environment)
     previous = read_record(state_dir) if resume else None
     if resume:
         if not (state_dir / "trace.git").exists():
@@ -358,8 +382,16 @@ async def run_tasks(
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_record(record)
     try:
+        # The state records the run's settings, or keeps the ones it records (run --state
+        # on a served state, a resume): its chain is the same at every entrance.
         async with Coordinator.open(state_dir, repo=None if resume else repo, base="HEAD",
-                                    policies=policies, backend=backend) as coord:
+                                    default_settings=asked, backend=backend) as coord:
+            if coord.settings.policies != asked.policies:
+                note = (f"{state_dir} records other settings ({coord.settings.summary()}): "
+                        "the run enforces those, not --supervisor's")
+                report.notes.append(note)
+                if say is not None:
+                    say(f"note: {note}")
             if not resume:
                 report.environment = await coord.prepare(environment, progress=say)
 

@@ -17,7 +17,7 @@ from agents.model_server import Reply, ScriptedModelServer
 from coordinator.cli import app
 from tests.agents._helpers import NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
-from tests.coordinator.test_environment import real_project
+from tests.real_project import real_project
 
 pytestmark = pytest.mark.root  # the agents' commands run in bubblewrap as the sandbox user
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import pytest
 from coordinator import Coordinator, Environment, ExecOutcome, Scope, SetupFailed
 from coordinator._setups import Files, detect
 from tests.conftest import make_repo
+from tests.real_project import REAL, real_project
 
 pytestmark = pytest.mark.root  # commands run in bubblewrap as the sandbox user
 
@@ -193,27 +191,6 @@ async def test_a_reopened_state_gives_commands_the_prepared_environment(
 
 
 # -- a real project ---------------------------------------------------------------------
-
-REAL = "itsdangerous==2.2.0"
-
-
-def real_project(where: Path) -> Path:
-    """itsdangerous's sdist (it ships its tests and requirements/tests.txt), as a git
-    repository. Skips when the package index cannot be reached from here."""
-    where.mkdir(parents=True, exist_ok=True)
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                          ":all:", REAL, "-d", str(where)],
-                         capture_output=True, text=True, timeout=300)
-    sdists = list(where.glob("itsdangerous-*.tar.gz"))
-    if got.returncode != 0 or not sdists:
-        pytest.skip(f"the package index is unreachable from here: pip download {REAL} "
-                    f"failed: {got.stderr.strip()[-300:]}")
-    with tarfile.open(sdists[0]) as tar:
-        tar.extractall(where, filter="data")
-    src = next(p for p in where.iterdir() if p.is_dir() and p.name.startswith("itsdangerous"))
-    assert (src / "tests").is_dir() and (src / "requirements" / "tests.txt").is_file()
-    files = {str(p.relative_to(src)): p.read_bytes() for p in src.rglob("*") if p.is_file()}
-    return make_repo(where / "repo", files)
 
 
 @pytest.mark.slow
