@@ -162,16 +162,19 @@ def test_discard_stops_the_sandbox_and_leaves_nothing(tmp_path: Path) -> None:
     """After discard no process of the workspace's sandbox runs and nothing of it
     stays mounted; after close the backend's scratch base is empty."""
     backend = sandboxes.OverlayBackend(tmp_path / "state")
-    ws = backend.base("k", lambda root: (root / "f").write_text("f"))
-    child = ws.fork("c")
-    sh(child, "true")
-    base = exec_base(backend.root)
-    assert len(mounts_under(base)) == 2  # the base and the child's slot
-    child.discard()
-    assert mounts_under(base) == [base]
-    assert _bwraps_under(base) == []
-    backend.close()
+    try:
+        ws = backend.base("k", lambda root: (root / "f").write_text("f"))
+        child = ws.fork("c")
+        sh(child, "true")
+        base = exec_base(backend.root)
+        assert len(mounts_under(base)) == 2  # the base and the child's slot
+        child.discard()
+        assert mounts_under(base) == [base]
+        assert _bwraps_under(base) == []
+    finally:
+        backend.close()
     assert mounts_under(base) == []
+    assert mounts_under(backend.root) == []
 
 
 def _bwraps_under(base: Path) -> list[int]:
