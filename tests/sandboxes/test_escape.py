@@ -629,13 +629,15 @@ def test_runs_leave_no_mount_behind(tmp_path: Path) -> None:
 
     for cls in (sandboxes.OverlayBackend, sandboxes.CopyBackend):
         backend = cls(tmp_path / cls.name)
-        ws = backend.base("k", lambda root: (root / "f").write_text("f"))
-        ws.run(["sh", "-c", "echo x > g"], timeout=10)
-        ws.run(["sleep", "30"], timeout=0.5)
-        base = exec_base(backend.root)
-        # while open: the base tmpfs and the workspace's warm sandbox slot, nothing of a run
-        assert [p for p in mounts_under(base) if not _is_slot(p, base)] == [base]
-        backend.close()
+        try:
+            ws = backend.base("k", lambda root: (root / "f").write_text("f"))
+            ws.run(["sh", "-c", "echo x > g"], timeout=10)
+            ws.run(["sleep", "30"], timeout=0.5)
+            base = exec_base(backend.root)
+            # while open: the base tmpfs and the workspace's warm sandbox slot, nothing of a run
+            assert [p for p in mounts_under(base) if not _is_slot(p, base)] == [base]
+        finally:
+            backend.close()
         assert mounts_under(backend.root) == []
         assert mounts_under(base) == []
 
