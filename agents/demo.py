@@ -10,6 +10,7 @@ into root, the tests pass in root, and the trace graph is printed.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -100,6 +101,14 @@ def _describe(event: Event) -> str:
     if e.status == "blocked" and e.decision is not None:
         text += f"\n        [red]reason: {escape(e.decision.reason)}[/]"
     return f"[{colour}]{text}[/]" if colour else text
+
+
+def graph_command(trace: Path) -> list[str]:
+    """`git log --graph` of every branch of the trace at `trace`, each labelled with
+    its ref (scopes, rewound and discarded branches, the snapshot)."""
+    return ["git", "--git-dir", str(trace), "log", "--graph", "--oneline", "--decorate=short",
+            "--decorate-refs=refs/corral/scopes/", "--decorate-refs=refs/corral/archive/",
+            "--decorate-refs=refs/corral/snapshot", "--glob=refs/corral/*"]
 
 
 async def run_demo(
@@ -194,13 +203,15 @@ async def _run_demo(
         sub.close()
         console.print(f"\nroot's tests: {'[green]pass' if report.tests_passed else '[red]FAIL'}[/]")
         await coord.checkpoint()  # plain git reads the repository on disk
-        graph = subprocess.run(
-            ["git", "--git-dir", str(coord.trace.path), "log", "--graph", "--oneline",
-             "--decorate-refs=refs/corral/scopes/", "--glob=refs/corral/*"],
-            capture_output=True, text=True,
-        ).stdout
-        console.print("\n[bold]The trace[/] "
-                      f"(git --git-dir {coord.trace.path} log --graph --all):")
+        argv = graph_command(coord.trace.path)
+        graph = subprocess.run(argv, capture_output=True, text=True).stdout
+        if kept:
+            console.print(f"\n[bold]The trace[/] ({escape(shlex.join(argv))}):",
+                          soft_wrap=True)
+        else:
+            # The temporary state goes when the demo ends: no command to read it later.
+            console.print("\n[bold]The trace[/] (in a temporary state removed when the demo "
+                          "ends; --state DIR keeps it for git and `corral trace`):")
         console.print(graph, markup=False, highlight=False)
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ class MiniSweAgent:
         status: AgentStatus
         error = None
         try:
-            info = await asyncio.to_thread(agent.run, self.task)
+            info = await asyncio.to_thread(agent.run, with_its_tools(self.task))
             exit_status = str(info.get("exit_status", ""))
             summary = str(info.get("submission", "")) or exit_status
             status = _STATUS.get(exit_status, "error")
@@ -177,6 +178,21 @@ class MiniSweAgent:
 
 
 _STATUS: dict[str, AgentStatus] = {"Submitted": "finished", "LimitsExceeded": "step_limit"}
+
+# Corral's team prompts (`corral run`, the CooperBench harness) are written for the
+# built-in agent, whose tools include send_message; mini-swe-agent has bash alone.
+# Only that instruction: a task may well be about a function named send_message.
+_SEND_MESSAGE = re.compile(r"[ \t]*Use send_message\b[^.\n]*\.?")
+NO_MESSAGES = ("You cannot send the other agents messages: your one tool is bash, in your own "
+               "copy of the repository. Keep to your own task.")
+
+
+def with_its_tools(task: str) -> str:
+    """`task` as mini-swe-agent can follow it: the team prompt's "Use send_message …"
+    (a tool it does not have) becomes a sentence saying what it has."""
+    if _SEND_MESSAGE.search(task) is None:
+        return task
+    return _SEND_MESSAGE.sub("", task).rstrip() + "\n" + NO_MESSAGES
 
 _OBSERVATION = ("{% if output.exception_info %}<exception>{{output.exception_info}}</exception>\n"
                 "{% endif %}<returncode>{{output.returncode}}</returncode>\n"

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._api import BadRequest, ScopeOut
 from ._auth import Forbidden, Tokens
-from ._effects import Effect, Message, ModelOutcome
+from ._effects import Effect, ExecOutcome, Message, ModelOutcome, ToolOutcome
 from ._hub import HUB
 from ._openapi import Query, Route
 from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry, is_object_id
@@ -48,6 +48,9 @@ class NodeOut(_Out):
     seq: int
     kind: str
     status: str
+    failed: bool = False
+    """The effect ran but did not succeed: a command that exited non-zero or timed out,
+    a tool call that returned an error (its status is still `materialized`)."""
     verdict: str | None
     cause: str | None
     paths: list[str]
@@ -208,8 +211,16 @@ def _node(entry: TraceEntry, lane: int) -> NodeOut:
     assert e is not None
     return NodeOut(commit=entry.commit, parents=list(entry.parents), lane=lane,
                    subject=entry.subject, id=e.id, seq=e.seq, kind=e.kind, status=e.status,
-                   verdict=e.decision.verdict if e.decision else None, cause=e.cause,
-                   paths=_paths(e), time=entry.time)
+                   failed=failed(e), verdict=e.decision.verdict if e.decision else None,
+                   cause=e.cause, paths=_paths(e), time=entry.time)
+
+
+def failed(e: Effect) -> bool:
+    """Whether `e` ran and did not succeed (see `NodeOut.failed`)."""
+    o = e.outcome
+    if isinstance(o, ExecOutcome):
+        return o.returncode != 0 or o.timed_out
+    return isinstance(o, ToolOutcome) and o.is_error
 
 
 def _oldest_first(entries: dict[str, TraceEntry], owner: dict[str, int]) -> list[str]:

@@ -10,6 +10,7 @@ and register them through the `corral.commands` entry point group (see
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
@@ -40,8 +41,23 @@ __all__ = [
     "show_report",
 ]
 
-console = Console()
-err = Console(stderr=True)
+PIPED_WIDTH = 1000
+"""The width of a console whose stream is not a terminal (a log, a pipe)."""
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr). On a terminal it wraps at the terminal's width;
+    written to a file or a pipe (where rich would assume 80 columns) nothing wraps and
+    a table keeps its natural width, so a log keeps whole words, lines that grep and
+    table cells that are not cut to `set…`. $COLUMNS, when set, is the width."""
+    stream = sys.stderr if stderr else sys.stdout
+    if os.environ.get("COLUMNS") or (stream is not None and stream.isatty()):
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
+
+
+console = _console()
+err = _console(stderr=True)
 
 
 def print_error(message: object) -> None:

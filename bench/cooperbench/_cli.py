@@ -12,10 +12,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from coordinator.cli_shared import print_error
+from coordinator.cli_shared import console, err, print_error
 
 from ._agents import AgentOptions
 from ._census import CensusRow, census_pair, compare_with_report
@@ -27,11 +28,10 @@ from ._run import RunSpec, plan, run
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's plain help, as every other corral command: rich's
+# option table cut a word longer than its narrow help column with "…".
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="CooperBench pair pass rates with agents in Corral scopes.")
-# Wide enough for the report table when the output is not a terminal.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
 
 DatasetOpt = Annotated[Path | None, typer.Option(
     help="A CooperBench dataset/ directory (default: the bundled mini suite).")]
@@ -159,11 +159,33 @@ def run_cmd(
     png_path = png or out_dir / "report.png"
     try:
         plot(summary, results, png_path)
+        out_console.print(f"plot: {png_path}", highlight=False, soft_wrap=True)
     except ImportError as e:
         err.print(f"[yellow]no plot:[/] {e}")
     _emit_json(summary, json_flag, json_out)
     if markdown:
         markdown.write_text(to_markdown(summary))
+    _exit_on_errors(results, out_console)
+
+
+def _exit_on_errors(results: list[Any], out: Console) -> None:
+    """Say how many units errored; exit 1 when no unit could be graded and some errored
+    (a run that measured nothing is a failure, not a 0% pass rate)."""
+    errors = [r for r in results if r.status == "error"]
+    if not errors:
+        return
+    reasons: dict[str, int] = {}
+    for r in errors:
+        key = r.reason.splitlines()[0][:160] if r.reason else "(no reason)"
+        reasons[key] = reasons.get(key, 0) + 1
+    counted = sum(r.counted for r in results)
+    head = ("every unit errored" if len(errors) == len(results) else
+            f"{len(errors)} of {len(results)} units errored")
+    out.print(f"[red]{head}[/] (not counted in the pass rates):", highlight=False)
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]:
+        out.print(f"  {n}x {escape(reason)}", highlight=False, soft_wrap=True)
+    if counted == 0:
+        raise typer.Exit(1)
 
 
 def _interrupted(out_dir: Path) -> None:
@@ -209,7 +231,8 @@ def _run_with_progress(spec: RunSpec, executor: str, address: str | None) -> dic
             for r in results:
                 if r.status == "error":
                     progress.console.print(f"[yellow]error[/] {r.task} {r.f1}-{r.f2} "
-                                           f"{r.setting}: {r.reason[:200]}")
+                                           f"{r.setting}: {escape(r.reason[:200])}",
+                                           highlight=False)
 
         return run(spec, on_start=start, on_done=done, executor=executor, address=address)
 

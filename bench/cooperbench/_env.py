@@ -263,8 +263,9 @@ class Recipe:
     env: tuple[tuple[str, str], ...]
     """The whole environment of every test command, inside the sandbox."""
     network: bool = True
-    seed: Callable[[Path], None] | None = None
-    """Fills a host directory the script reads (shown read-only inside)."""
+    seed: Callable[[Path, Path], None] | None = None
+    """`seed(into, cache)` fills the host directory `into`, which the script reads
+    (shown read-only inside); `cache` is the run's cache, for what it fetches once."""
     toolchain: tuple[Path, ...] = ()
     """Host directories every command must see read-only (a compiler's prefix)."""
 
@@ -314,15 +315,61 @@ def _venv_dir(snapshot: Snapshot) -> str:
     return ".cache/corral-venv"
 
 
-def _pytest_seed(into: Path) -> None:
-    """Puts in `into` a tar of this interpreter's pytest and its requirements (pure
-    Python), to unpack into a virtualenv offline (the mini suite's tests need nothing
-    else). Built once per process, with hash-based pyc files (see _HASHED_PYC)."""
-    _share_file(_pytest_seed_tar(), into / "site-packages.tar")
+def _pytest_seed(into: Path, cache: Path) -> None:
+    """Puts in `into` a tar of pytest and its requirements (pure Python), to unpack into a
+    virtualenv offline (the mini suite's tests need nothing else): this interpreter's
+    pytest when it has one, else the pytest toolchain fetched once into `cache`. Built
+    once per process, with hash-based pyc files (see _HASHED_PYC)."""
+    _share_file(_pytest_seed_tar(_pytest_path(cache)), into / "site-packages.tar")
+
+
+PYTEST_REQUIREMENT = "pytest>=8"
+"""The pytest the mini suite's tasks get when Corral's interpreter has none."""
+
+
+def _pytest_path(cache: Path) -> tuple[str, ...]:
+    """Where pytest's distributions are found: this interpreter's path when it has
+    pytest (a development install), else a directory under `cache/toolchains` where
+    pytest is installed from the package index once (a user's install has no pytest:
+    it is a dev extra, and the tasks' tests need not share Corral's dependencies).
+    Raises RuntimeError naming the log when the install fails."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("pytest")
+        return tuple(sys.path)
+    except metadata.PackageNotFoundError:
+        pass
+    tag = sys.implementation.cache_tag
+    root = cache / "toolchains" / f"pytest-{tag}"
+    with _locked(cache / "locks" / f"pytest-{tag}.toolchain"):
+        if (root / "ready.json").exists():
+            return (str(root / "site-packages"),)
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        log = root / "install.log"
+        target = root / "site-packages"
+        uv = shutil.which("uv")
+        pip = ([uv, "pip", "install", "--python", sys.executable] if uv else
+               [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"])
+        argv = [*pip, "--quiet", "--no-compile", "--target", str(target), PYTEST_REQUIREMENT]
+        started = time.monotonic()
+        with log.open("w") as f:
+            f.write(f"$ {' '.join(argv)}\n")
+            f.flush()
+            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            raise RuntimeError(f"installing {PYTEST_REQUIREMENT} for the mini suite's tests "
+                               f"from the package index failed (see {log})")
+        (root / "ready.json").write_text(json.dumps({
+            "requirement": PYTEST_REQUIREMENT, "installer": "uv" if uv else "pip",
+            "seconds": round(time.monotonic() - started, 2)}))
+    return (str(target),)
 
 
 @functools.cache
-def _pytest_seed_tar() -> Path:
+def _pytest_seed_tar(path: tuple[str, ...]) -> Path:
     import atexit
     import py_compile
     import tarfile
@@ -340,7 +387,10 @@ def _pytest_seed_tar() -> Path:
             if name in seen:
                 continue
             seen.add(name)
-            dist = metadata.distribution(name)
+            dist = next(iter(metadata.distributions(name=name, path=list(path))), None)
+            if dist is None:
+                raise RuntimeError(f"{name}, which pytest requires, is not installed in "
+                                   f"{', '.join(path[:3])}")
             for f in dist.files or ():
                 src = Path(str(dist.locate_file(f)))
                 if not src.is_file() or ".." in f.parts or "__pycache__" in f.parts:
@@ -379,8 +429,9 @@ def _python_recipe(task: Task, snapshot: Snapshot, mini: bool) -> Recipe:
            "PYTEST_ADDOPTS": "-o cache_dir=/tmp/.pytest_cache"}
     if mini:
         if sys.version_info[:2] != _system_python():
-            raise Unsupported("the mini suite's environment copies this interpreter's pytest "
-                              "into a virtualenv of /usr/bin/python3, another version "
+            raise Unsupported("the mini suite's environment puts pytest, compiled by this "
+                              "interpreter, into a virtualenv of /usr/bin/python3, another "
+                              "version "
                               f"({'.'.join(map(str, _system_python()))})")
         script = (f"set -e\npython3 -m venv --without-pip {venv}\n"
                   f"tar -xf \"$CORRAL_SEED/site-packages.tar\" -C \"$({venv}/bin/python -c "

@@ -8,11 +8,14 @@ import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from ._records import PairResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["mcnemar", "render", "summarize", "to_markdown", "plot", "wilson"]
 
@@ -207,11 +210,13 @@ def to_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: dict[str, Any], results: list[PairResult], path: Path) -> None:
-    """A PNG: pass rate by setting with Wilson intervals, and merge outcomes."""
+def plot(summary: dict[str, Any], results: list[PairResult], path: Path) -> Figure:
+    """Writes a PNG to `path`: pass rate by setting with Wilson intervals, and merge
+    outcomes. Returns the figure."""
     # A Figure without pyplot: its import (backends, state machine) costs more CPU
     # than drawing this plot.
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     rows = [r for r in summary["rows"] if r["counted"]]
     fig = Figure(figsize=(11, 4))
@@ -236,6 +241,12 @@ def plot(summary: dict[str, Any], results: list[PairResult], path: Path) -> None
     ax2.set_xticks(list(range(len(merged_rows))), merged_rows, rotation=30, ha="right")
     ax2.set_ylabel("pairs")
     ax2.set_title("merge outcomes")
-    ax2.legend(fontsize=8)
+    ax2.yaxis.set_major_locator(MaxNLocator(integer=True))
+    # Headroom over the tallest bar, and the legend beside the axes: inside them it
+    # covered the bars (every bar reaches the top when all pairs are graded).
+    ax2.set_ylim(0, max([*bottom, 1]) * 1.05)
+    ax2.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+               frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig

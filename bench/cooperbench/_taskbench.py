@@ -198,7 +198,7 @@ async def _fill_env(coord: Coordinator, env: Scope, task: Task, rec: Recipe, cac
                 return env, True
             started = time.perf_counter()
             if rec.seed is not None:
-                await asyncio.to_thread(rec.seed, shown)
+                await asyncio.to_thread(rec.seed, shown, cache)
             variables = {**dict(rec.env), "CORRAL_SEED": str(shown)}
             variables.pop("PIP_NO_INDEX", None)
             r = await _exec(coord, env, ["bash", "-c", rec.script], (shown, *rec.toolchain),
