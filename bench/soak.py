@@ -211,7 +211,8 @@ async def _soak(scopes: int, seconds: float, every: float, state: Path,
         running = asyncio.create_task(busy.exec(["sleep", "600"], timeout=900))
         await asyncio.sleep(1.0)
         out["killed_pid"] = os.getpid()
-        out["exec_base"] = str(exec_base(coord.backend.root)) if os.geteuid() == 0 else ""
+        root = getattr(coord.backend, "root", None)  # every backend here has one
+        out["exec_base"] = str(exec_base(root)) if root is not None and os.geteuid() == 0 else ""
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -222,7 +223,7 @@ async def _soak(scopes: int, seconds: float, every: float, state: Path,
 async def _reopen(state: Path, killed: int, base: str) -> dict[str, Any]:
     t = time.perf_counter()
     async with Coordinator.open(state) as coord:
-        reopened = {"reopen_s": round(time.perf_counter() - t, 3),
+        reopened: dict[str, Any] = {"reopen_s": round(time.perf_counter() - t, 3),
                     "rss_after_reopen_mb": _rss_mb(), "scopes_after_reopen": len(coord.scopes)}
         # what the killed coordinator left: its sandboxes' processes (given 5 s to
         # finish dying: bubblewrap's die-with-parent is a signal), cgroups, mounts

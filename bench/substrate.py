@@ -562,12 +562,12 @@ def render(report: dict[str, Any]) -> Table:
         table.add_row("3GB/10MB", "fork ratio", f"{ratio:.2f}x", "", f"≤ {FORK_FLATNESS:g}x",
                       _mark(ratio, FORK_FLATNESS))
     for name in report["sizes"]:
-        for key, target, what in (("exec_over_spawn", EXEC_OVER_SPAWN, "exec / spawn"),
-                                  ("exec_over_bwrap", EXEC_OVER_BWRAP, "exec / bare bwrap")):
+        for key, ceiling, what in (("exec_over_spawn", EXEC_OVER_SPAWN, "exec / spawn"),
+                                   ("exec_over_bwrap", EXEC_OVER_BWRAP, "exec / bare bwrap")):
             value = report["ratios"].get(f"{key}_{name}")
             if value is not None:
-                table.add_row(name, what, f"{value:.2f}x", "", f"≤ {target:g}x",
-                              _mark(value, target))
+                table.add_row(name, what, f"{value:.2f}x", "", f"≤ {ceiling:g}x",
+                              _mark(value, ceiling))
     load = machine.get("load_before"), machine.get("load_after")
     if all(load):
         table.caption = f"load average before {load[0]}, after {load[1]}"
