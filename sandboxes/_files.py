@@ -237,6 +237,10 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
 
     Raises ValueError for a path that is absolute or leaves `root`.
     """
+    changes = list(changes)
+    # Many files (a command's generated tree): new ones are made by fd, in two
+    # calls each. A few (a write, a rewind): by path, without opening anything.
+    fast = len(changes) >= _BY_FD_AT
     parents = _Parents(root)
     try:
         for change in changes:
@@ -248,12 +252,14 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
                     remove_path(target)
                 _prune(root, rel)
                 continue
-            if change.mode != MODE_LINK and _create(parents, rel, change):
-                continue  # a new file: the common case, two system calls
-            parents.clear()
+            if fast and change.mode != MODE_LINK and _create(parents, rel, change):
+                continue  # a new file, two system calls
+            # replaces only what is not a directory: the directories held stay valid
             _make_parents(root, rel)
             if change.mode != MODE_LINK and _overwrite(target, change):
                 continue
+            if _is_dir(target):
+                parents.clear()  # it goes, and what was opened below it with it
             remove_path(target)
             if change.mode == MODE_LINK:
                 os.symlink(os.fsdecode(change.data), target)
@@ -265,12 +271,24 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> None:
         parents.clear()
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+_BY_FD_AT = 64
+"""Changes in one apply_changes from which new files are created by fd."""
+
+
 class _Parents:
     """The directories one apply_changes writes into, each made (as
     _make_parents does) and opened once, reached without following symlinks."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        self._root_fd: int | None = None
         self._fds: dict[str, int] = {}
 
     def fd(self, parent: str) -> int | None:
@@ -278,11 +296,9 @@ class _Parents:
         if fd is None:
             if parent:
                 _make_parents(self._root, parent + "/x")
-            root_fd = open_root(self._root)
-            try:
-                fd = open_dir(root_fd, parent) if parent else os.dup(root_fd)
-            finally:
-                os.close(root_fd)
+            if self._root_fd is None:
+                self._root_fd = open_root(self._root)
+            fd = open_dir(self._root_fd, parent) if parent else os.dup(self._root_fd)
             if fd is None:
                 return None
             self._fds[parent] = fd
@@ -292,6 +308,9 @@ class _Parents:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        if self._root_fd is not None:
+            os.close(self._root_fd)
+            self._root_fd = None
 
 
 def _create(parents: _Parents, rel: str, change: Change) -> bool:

@@ -75,3 +75,31 @@ def test_rejects_paths_leaving_the_root(tmp_path: Path, bad: str) -> None:
     """Absolute and non-normalized paths are refused."""
     with pytest.raises(ValueError):
         apply_changes(tmp_path, [Change(bad, b"x")])
+
+
+def test_a_large_batch_is_applied_exactly_as_a_small_one(tmp_path: Path) -> None:
+    """Past the size where new files are made by fd: new files in new and old
+    directories, executables, overwrites, a symlinked parent replaced by a real
+    directory and deletions all land as they do one by one."""
+    from sandboxes import MODE_EXEC, MODE_FILE, MODE_LINK, Change, apply_changes, snapshot_files
+
+    def tree(root: Path) -> None:
+        (root / "old").mkdir(parents=True)
+        (root / "old" / "keep.txt").write_text("keep\n")
+        (root / "old" / "gone.txt").write_text("gone\n")
+        os.symlink("old", root / "link")
+
+    changes = [Change(f"new/d{i % 7}/f{i}.txt", f"{i}\n".encode(),
+                      MODE_EXEC if i % 5 == 0 else MODE_FILE) for i in range(150)]
+    changes += [Change("old/keep.txt", b"changed\n"), Change("old/gone.txt", None),
+                Change("link/inside.txt", b"real dir now\n"), Change("ln", b"old", MODE_LINK)]
+    changes.sort(key=lambda c: c.path)
+    big, small = tmp_path / "big", tmp_path / "small"
+    for root in (big, small):
+        tree(root)
+    apply_changes(big, changes)
+    for change in changes:
+        apply_changes(small, [change])
+    assert snapshot_files(big) == snapshot_files(small)
+    assert (big / "link").is_dir() and not (big / "link").is_symlink()
+    assert os.stat(big / "new/d0/f0.txt").st_mode & 0o111
