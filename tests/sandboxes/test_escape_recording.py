@@ -130,11 +130,13 @@ async def test_symlink_swapped_while_running(coord: Coordinator, host_file: Path
     the guess, the guess is recorded; nothing of the host is."""
     (host_file.parent / "secret").write_text("host-only-secret")
     rel = f"d{host_file}"
-    loop = (f"while :; do rm -rf d; ln -s / d; rm d; mkdir -p d{host_file.parent}; "
+    # The loop stops itself at a flag, between iterations: a `kill` would leave the
+    # step it was in (an rm -rf d, say) running on past the write below.
+    loop = (f"while [ ! -e stop ]; do rm -rf d; ln -s / d; rm d; mkdir -p d{host_file.parent}; "
             f"printf x > {rel}; done")
     await sh(coord, "ln -s / d")
     write = f"printf '{GUESS.decode().strip()}\\n' > {rel}"
-    out = await sh(coord, f"({loop}) & pid=$!; sleep 1; kill $pid; wait $pid; "
+    out = await sh(coord, f"({loop}) & pid=$!; sleep 1; touch stop; wait $pid; rm stop; "
                           f"rm -rf d; mkdir -p d{host_file.parent}; {write}")
     changes = {c.path: c.blob for c in out.changes}
     assert coord.trace.blob(changes[rel] or "") == GUESS
