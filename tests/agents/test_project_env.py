@@ -3,17 +3,15 @@ find the project's tools (the real CLI, a real project, the local model server).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from agents.model_server import Reply, ScriptedModelServer
+from agents.model_server import Reply
 from coordinator.cli import app
 from tests.agents._helpers import NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
@@ -29,28 +27,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in NO_KEYS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CORRAL_ENV_CACHE", str(tmp_path / "envs"))
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[Script], str]]:
-    """A ScriptedModelServer serving model `m` on its own loop in a thread; its base URL."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    servers: list[ScriptedModelServer] = []
-
-    def start(script: Script) -> str:
-        server = ScriptedModelServer()
-        server.script("m", script)
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
-        servers.append(server)
-        return server.base_url
-
-    yield start
-    for server in servers:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
 
 
 def test_a_failing_setup_stops_the_run_before_any_agent_with_one_error(
@@ -98,7 +74,7 @@ def test_toolchain_and_no_setup_reach_the_agents_commands(
 
     result = CliRunner().invoke(app, [
         "run", "--repo", str(repo), "--task", "say hi", "--model", "openai/m",
-        "--base-url", served(agent), "--state", str(tmp_path / "state"), "--json",
+        "--base-url", served({"m": agent}), "--state", str(tmp_path / "state"), "--json",
         "--toolchain", str(tool), "--no-setup"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -123,7 +99,7 @@ def test_agents_run_a_real_projects_tests_and_a_second_run_uses_the_cache(
         outputs.append(str(payload["messages"][-1].get("content")))
         return call("finish", summary="tests pass")
 
-    url = served(agent)
+    url = served({"m": agent})
     reports = []
     for n in (1, 2):
         result = CliRunner().invoke(app, [

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
+from agents.model_server import Reply, ScriptedCall
 from coordinator.cli import app
 from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
@@ -24,29 +22,6 @@ Script = Callable[[dict[str, Any]], Reply | str]
 def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in NO_KEYS:
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[dict[str, Script]], str]]:
-    """Starts a ScriptedModelServer on its own loop in a thread; returns its base URL."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    servers: list[ScriptedModelServer] = []
-
-    def start(scripts: dict[str, Script]) -> str:
-        server = ScriptedModelServer()
-        for model, script in scripts.items():
-            server.script(model, script)
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
-        servers.append(server)
-        return server.base_url
-
-    yield start
-    for server in servers:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
 
 
 def _agents(payload: dict[str, Any]) -> Reply:
