@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from agents.model_server import ScriptedModelServer
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -71,3 +77,36 @@ def backend(request: pytest.FixtureRequest) -> str:
     if reason:
         pytest.skip(f"backend {request.param} unavailable: {reason}")
     return request.param
+
+
+@pytest.fixture
+def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No provider key or endpoint from the environment reaches the SDKs."""
+    from tests.agents._helpers import NO_KEYS
+
+    for name in NO_KEYS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[[dict[str, Any]], str]]:
+    """`served({model: script})` starts a ScriptedModelServer on its own loop in a
+    thread (for code under test that runs its own event loop) and returns its base URL."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servers: list[ScriptedModelServer] = []
+
+    def start(scripts: dict[str, Any]) -> str:
+        server = ScriptedModelServer()
+        for model, script in scripts.items():
+            server.script(model, script)
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+        servers.append(server)
+        return server.base_url
+
+    yield start
+    for server in servers:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)

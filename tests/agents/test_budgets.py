@@ -11,12 +11,8 @@ from typing import Any
 from typer.testing import CliRunner
 
 from coordinator.cli import app
-from tests.agents import test_run_cli
 from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import git, make_repo
-
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 STEPS = [call("write_file", path="a.py", content="a = 1\n"),
          call("write_file", path="b.py", content="b = 2\n"),

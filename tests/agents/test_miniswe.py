@@ -18,7 +18,6 @@ from agents.providers import OpenAIProvider
 from coordinator import ConflictGuard, Coordinator, ExecOutcome
 from coordinator.cli import app
 from tests.agents._helpers import CALC, call, steps_of
-from tests.agents.test_run_cli import served  # noqa: F401  (a fixture)
 from tests.conftest import git, make_repo
 
 ALICE = CALC + "\n\ndef multiply(a, b):\n    return a * b\n"
@@ -116,7 +115,7 @@ def _mini(payload: dict) -> Reply:
 
 
 @pytest.mark.slow
-def test_corral_run_with_mini_swe_agent(tmp_path: Path, served) -> None:  # noqa: F811
+def test_corral_run_with_mini_swe_agent(tmp_path: Path, served) -> None:
     """`corral run --agent mini-swe-agent` runs mini-swe-agent in the task's scope (through the
     corral.agents entry point) and leaves its patch merged as the branch corral/<run-id>."""
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC})

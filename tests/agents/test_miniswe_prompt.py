@@ -15,7 +15,6 @@ pytest.importorskip("minisweagent")
 from agents.model_server import Reply
 from coordinator.cli import app
 from tests.agents._helpers import CALC, call, steps_of
-from tests.agents.test_run_cli import served  # noqa: F401  (a fixture)
 from tests.conftest import make_repo
 
 
@@ -32,7 +31,7 @@ def test_a_task_about_send_message_keeps_its_words() -> None:
 
 @pytest.mark.slow
 def test_mini_swe_agent_in_a_team_is_not_told_to_use_send_message(
-        tmp_path: Path, served) -> None:  # noqa: F811
+        tmp_path: Path, served) -> None:
     """Each agent's first request names its teammate's task, offers bash alone, and no
     message in it mentions send_message; it says messaging is not available."""
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC})

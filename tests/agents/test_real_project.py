@@ -20,15 +20,12 @@ from typing import Any
 import pytest
 
 from agents.model_server import Reply
-from tests.agents import test_run_cli
-from tests.agents._helpers import call, steps_of
+from tests.agents._helpers import NO_KEYS, call, steps_of
 from tests.conftest import git
 from tests.real_project import real_project
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]  # commands run in bubblewrap
 
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"
 ENCODING = "src/itsdangerous/encoding.py"
@@ -57,7 +54,7 @@ def _clone(project: Path, where: Path) -> Path:
 
 
 def _corral(env_cache: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in test_run_cli.NO_KEYS}
+    env = {k: v for k, v in os.environ.items() if k not in NO_KEYS}
     env |= {"COLUMNS": "300", "OPENAI_API_KEY": "test", "CORRAL_ENV_CACHE": str(env_cache)}
     return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)

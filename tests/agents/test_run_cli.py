@@ -12,16 +12,10 @@ from typer.testing import CliRunner
 
 from agents.model_server import Reply, ScriptedCall
 from coordinator.cli import app
-from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
+from tests.agents._helpers import CALC, call, steps_of
 from tests.conftest import git, make_repo
 
 Script = Callable[[dict[str, Any]], Reply | str]
-
-
-@pytest.fixture(autouse=True)
-def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in NO_KEYS:
-        monkeypatch.delenv(name, raising=False)
 
 
 def _agents(payload: dict[str, Any]) -> Reply:

@@ -10,13 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator.cli import app
-from tests.agents import test_run_cli
 from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import git, make_repo
-
-# the model server in a thread and the cleared API keys, as in test_run_cli
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 MUL = CALC + "\n\ndef mul(a, b):\n    return a * b\n"
 POW = CALC + "\n\ndef power(a, b):\n    return a ** b\n"

@@ -15,12 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.model_server import Reply
-from tests.agents import test_run_cli
-from tests.agents._helpers import CALC, call, steps_of
+from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
-
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 WAIT = 120.0  # seconds at most for any line or event: a hung run fails, it does not hang
 
@@ -62,7 +58,7 @@ def _corral(*args: str) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in test_run_cli.NO_KEYS}
+    env = {k: v for k, v in os.environ.items() if k not in NO_KEYS}
     return env | {"COLUMNS": "300", "OPENAI_API_KEY": "test"}
 
 

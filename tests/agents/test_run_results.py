@@ -14,12 +14,8 @@ from typer.testing import CliRunner
 
 from agents.run import run_tasks
 from coordinator.cli import app
-from tests.agents import test_run_cli
 from tests.agents._helpers import CALC, by_step, call
 from tests.conftest import git, make_repo
-
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 
 def _scripts() -> dict[str, Any]:

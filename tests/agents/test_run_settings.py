@@ -15,13 +15,9 @@ from typer.testing import CliRunner
 
 from coordinator import Coordinator, Settings
 from coordinator.cli import app
-from tests.agents import test_run_cli
 from tests.agents._helpers import by_step, call
 from tests.conftest import git, make_repo
 from tests.coordinator.test_settings import corral, site  # noqa: F401 - site is a fixture
-
-served = test_run_cli.served
-_no_keys = test_run_cli._no_keys
 
 NOTES = by_step([call("write_file", path="NOTES.md", content="notes\n"),
                  call("finish", summary="notes")])

@@ -18,10 +18,9 @@ import pytest
 from coordinator import Coordinator, Settings, StateError
 from sandboxes import Limits
 from tests.agents._helpers import call, steps_of
-from tests.agents.test_run_cli import _no_keys, served  # noqa: F401 - fixtures
 from tests.conftest import make_repo
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("no_keys")]
 
 SITE_POLICY = '''
 from coordinator import block
@@ -177,7 +176,7 @@ def _secret_writer(payload: dict[str, object]) -> object:
 
 
 def test_run_takes_a_module_attr_supervisor_and_keeps_a_states_settings(
-        tmp_path: Path, site: dict[str, str], served: Callable[..., str]  # noqa: F811
+        tmp_path: Path, site: dict[str, str], served: Callable[..., str]
 ) -> None:
     """`corral run --supervisor sitepol:no_secrets` runs under that policy (one loader for
     every entrance); `corral run --state` on a state that records it enforces it whatever
