@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from mcp.server.mcpserver import MCPServer
 
-    from coordinator import Route
+    from coordinator.server import Route
 
 __all__ = ["MCP_TOOLS", "build_server", "mount", "serve_stdio"]
 
@@ -241,7 +241,7 @@ def mount(app: web.Application) -> list[Route]:
 
     if find_spec("mcp") is None:
         return []  # the SDK itself is imported at the first MCP request, not at start-up
-    from coordinator import Route, request_scope
+    from coordinator.server import Route, request_scope
 
     mounted = _Mounted()
 

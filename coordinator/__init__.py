@@ -24,16 +24,31 @@ Named submodules hold the rest: `coordinator.policies` (every built-in
 policy: the conflict guard, the human gate, external reviewers),
 `coordinator.control` (the supervisor's control actions),
 `coordinator.server` (the HTTP server: `make_app`, `run_server`,
-`ServerConfig`, routes) and `coordinator.client` (the HTTP client). The
-server's and the gate's names are still importable from here for older code.
+`ServerConfig`, routes) and `coordinator.client` (the HTTP client).
+
+The layers, each a subpackage importing only those before it: `records` (effects,
+errors, events, the wire forms), `store` (the git trace, journal, merges and
+patches), `policies` (the supervisor's rules and the recorded settings), `scopes`
+(a scope and the one effect path), `control` (the `Coordinator` and the control
+actions), `server` (HTTP). See docs/architecture.md.
 """
 
-from typing import Any
-
-from ._auth import AuthError, Forbidden
-from ._coordinator import Coordinator
-from ._effect_path import Act, ActInput, Refused, Result
-from ._effects import (
+from .control._coordinator import Coordinator
+from .policies._chain import (
+    ABSTAINED,
+    Policy,
+    PolicyChain,
+    ScopeInfo,
+    View,
+    allow,
+    allow_all,
+    block,
+    defer,
+    rewrite,
+)
+from .policies._guard import Claim, ConflictGuard
+from .policies._settings import Settings, load_policy
+from .records._effects import (
     FORMAT_VERSION,
     ControlAction,
     Decision,
@@ -66,11 +81,12 @@ from ._effects import (
     Usage,
     Verdict,
 )
-from ._environment import Environment, PreparedEnvironment, SetupFailed
-from ._errors import (
+from .records._errors import (
+    AuthError,
     CorralError,
     DiskFull,
     ExecError,
+    Forbidden,
     MergeError,
     NotFound,
     PatchError,
@@ -82,25 +98,13 @@ from ._errors import (
     StateError,
     UnknownScope,
 )
-from ._events import Event, EventBus, Subscription
-from ._guard import Claim, ConflictGuard
-from ._journal import JournalBounds
-from ._merge import Conflict, Hunk, MergeResult, Resolver
-from ._policy import (
-    ABSTAINED,
-    Policy,
-    PolicyChain,
-    ScopeInfo,
-    View,
-    allow,
-    allow_all,
-    block,
-    defer,
-    rewrite,
-)
-from ._scope import Scope
-from ._settings import Settings, load_policy
-from ._trace import Trace, TraceEntry, TreeChanges
+from .records._events import Event, EventBus, Subscription
+from .scopes._effect_path import Act, ActInput, Refused, Result
+from .scopes._environment import Environment, PreparedEnvironment, SetupFailed
+from .scopes._scope import Scope
+from .store._journal import JournalBounds
+from .store._merge import Conflict, Hunk, MergeResult, Resolver
+from .store._trace import Trace, TraceEntry, TreeChanges
 
 __all__ = [
     "ABSTAINED",
@@ -184,25 +188,3 @@ __all__ = [
     "load_policy",
     "rewrite",
 ]
-
-# Names that moved to a named submodule, still importable from here.
-_MOVED = {
-    "GateRule": "policies",
-    "HumanGate": "policies",
-    "ReviewerPool": "policies",
-    "Query": "server",
-    "Route": "server",
-    "ServerConfig": "server",
-    "make_app": "server",
-    "request_scope": "server",
-    "run_server": "server",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Lazily: the server's modules import the package face themselves.
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,10 +23,6 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from ._effects import Effect, ExecOutcome
-from ._errors import CorralError
-from ._malloc import one_arena
-from ._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
 from .cli_shared import (
     BackendOpt,
     NoSetupFlag,
@@ -37,6 +33,10 @@ from .cli_shared import (
     fail,
     print_error,
 )
+from .records._effects import Effect, ExecOutcome
+from .records._errors import CorralError
+from .store._malloc import one_arena
+from .store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -236,7 +236,7 @@ def trace_settings(
     """The settings the state records (policies, gate, limits, timeouts, toolchain), as
     JSON. Stock git shows the same:
     `git --git-dir STATE/trace.git show refs/corral/settings:settings.json`."""
-    from ._settings import SETTINGS_REF, read_settings
+    from .policies._settings import SETTINGS_REF, read_settings
 
     trace = _trace(state)
     settings = read_settings(trace)
@@ -325,10 +325,10 @@ def serve(
 
     from sandboxes import parse_limits
 
-    from ._gate import GateRule
-    from ._hub import ServerConfig
-    from ._server import run_server
-    from ._settings import DEFER_TIMEOUT_S, Settings, load_policy
+    from .policies._gate import GateRule
+    from .policies._settings import DEFER_TIMEOUT_S, Settings, load_policy
+    from .server._app import run_server
+    from .server._hub import ServerConfig
 
     token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
     if admin_token_file is not None:
@@ -429,7 +429,7 @@ load_commands(app)
 
 
 def main() -> None:
-    one_arena()  # before any thread starts (coordinator/_malloc.py says why)
+    one_arena()  # before any thread starts (coordinator/store/_malloc.py says why)
     try:
         app()
     except CorralError as e:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from ._environment import Environment
+    from .scopes._environment import Environment
 
 __all__ = [
     "BackendOpt",
@@ -162,7 +162,7 @@ def environment_of(setup: str | None, toolchain: list[Path] | None,
                    no_setup: bool) -> Environment:
     """The `Environment` the options ask for; exits with an error for --setup with
     --no-setup."""
-    from ._environment import Environment
+    from .scopes._environment import Environment
 
     if setup is not None and no_setup:
         fail("give --setup CMD or --no-setup, not both", 2)

@@ -24,8 +24,9 @@ from typing import Any, Literal, TypeVar
 import aiohttp
 from pydantic import BaseModel
 
-from . import _errors
-from ._api import (
+from .records import _errors as _errors
+from .records._effects import Message
+from .records._wire import (
     BlobOut,
     ExecResultOut,
     ForkResponse,
@@ -43,8 +44,7 @@ from ._api import (
     WriteRequest,
     b64,
 )
-from ._auth import AuthError, Forbidden
-from ._effects import Message
+from .server._auth import AuthError, Forbidden
 
 __all__ = ["ClientError", "CorralClient", "ReviewRequest"]
 

@@ -33,7 +33,7 @@ def test_bench_server_reports_writes_reads_and_coordinator_time():
 
 def test_grafana_dashboard_uses_only_exported_metric_names():
     """Every metric the dashboard queries is one the coordinator exports."""
-    from coordinator._metrics import Metrics
+    from coordinator.scopes._metrics import Metrics
 
     text = (Path(__file__).parents[2] / "dashboards/grafana/corral.json").read_text()
     dash = json.loads(text)

@@ -23,8 +23,9 @@ from pathlib import Path
 from agents import ModelCaller
 from agents.model_server import ScriptedModelServer
 from agents.providers import ModelRequest, OpenAIProvider, UserMessage
-from coordinator import ConflictGuard, GateRule
-from coordinator._api import ResultOut
+from coordinator import ConflictGuard
+from coordinator.policies import GateRule
+from coordinator.records._wire import ResultOut
 
 from .server_fixtures import Served, held_at_gate, serve
 

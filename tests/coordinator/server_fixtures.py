@@ -15,10 +15,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from coordinator._api import GateItem
-from coordinator._hub import HUB, Hub
 from coordinator.client import CorralClient
+from coordinator.records._wire import GateItem
 from coordinator.server import ServerConfig, make_app
+from coordinator.server._hub import HUB, Hub
 
 ADMIN = "a.test-admin-token"
 

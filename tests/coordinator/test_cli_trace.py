@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coordinator import Coordinator
-from coordinator._streams import event_json
+from coordinator.server._streams import event_json
 
 LONG = "echo " + " ".join(f"word{i:02d}" for i in range(30)) + "; exit 3"
 
@@ -96,7 +96,7 @@ def test_decision_events_carry_no_pending_mark():
     """A decision's stream summary is the bare summary: "[pending]" never sits beside
     "allow" (intent events keep the mark: they are pending)."""
     from coordinator import Decision, Effect, FsWrite
-    from coordinator._events import Event
+    from coordinator.records._events import Event
 
     pending = Effect(id="a#1", scope="a", seq=1, parent=None, status="pending",
                      intent=FsWrite(path="x", blob="0" * 40))

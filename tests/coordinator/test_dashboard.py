@@ -8,7 +8,7 @@ import re
 import aiohttp
 import pytest
 
-from coordinator._routes import ROUTES
+from coordinator.server._routes import ROUTES
 from tests.coordinator.server_fixtures import serve
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator._views import graph_of
+from coordinator.server._dashboard import graph_of
 
 from .scripted_run import Run, scripted_run
 from .server_fixtures import ADMIN

@@ -66,7 +66,7 @@ def _content(i: int) -> bytes:
 def _assert_no_torn_record(state: Path) -> None:
     """Every journal log parses to its last byte: a failed append left no torn
     record (replay stops at one, which would hide every later acknowledged effect)."""
-    from coordinator._journal import _records
+    from coordinator.store._journal import _records
 
     logs = sorted((state / "trace.git" / "corral-journal").glob("*.log"))
     assert logs

@@ -84,7 +84,7 @@ CHECKPOINT_KILLER = textwrap.dedent(
     """
     import asyncio, json, sys, threading, time
     from coordinator import Coordinator, JournalBounds
-    from coordinator._journal import Journal
+    from coordinator.store._journal import Journal
 
     stage = sys.argv[3]
     real_pack, real_refs = Journal._write_pack, Journal._write_refs

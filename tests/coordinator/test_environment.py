@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import Coordinator, Environment, ExecOutcome, Scope, SetupFailed
-from coordinator._setups import Files, detect
+from coordinator.scopes._setups import Files, detect
 from tests.conftest import make_repo
 from tests.real_project import REAL, real_project
 

@@ -127,7 +127,7 @@ async def test_a_write_mode_that_is_not_an_integer_is_refused(srv, mode) -> None
 def test_a_rewritten_intent_from_a_reviewer_is_validated_strictly() -> None:
     """A reviewer's answer is parsed strictly all the way down: a rewritten write
     whose mode is 33188.0 is not an answer (the reviewer is told why)."""
-    from coordinator._reviewers import Reviewer, ReviewerPool
+    from coordinator.policies._reviewers import Reviewer, ReviewerPool
 
     pool = ReviewerPool()
     message = json.dumps({"type": "answer", "id": "r1", "verdict": "rewrite",

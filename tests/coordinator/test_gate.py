@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from coordinator import GateRule
+from coordinator.policies import GateRule
 
 from .server_fixtures import held_at_gate, serve
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import FsWrite, GateRule
+from coordinator import FsWrite
+from coordinator.policies import GateRule
 
 CASES = [
     ("src/*", "src/a.py"),

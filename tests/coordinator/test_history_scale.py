@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, JournalBounds, NotFound, RewindError, _journal
-from coordinator._trace import FORK_PREFIX, SCOPE_PREFIX, Trace
+from coordinator import Coordinator, JournalBounds, NotFound, RewindError
+from coordinator.store import _journal
+from coordinator.store._trace import FORK_PREFIX, SCOPE_PREFIX, Trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]  # slow: long histories
 

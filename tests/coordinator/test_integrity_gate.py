@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator import GateRule
+from coordinator.policies import GateRule
 
 from .server_fixtures import held_at_gate, serve
 

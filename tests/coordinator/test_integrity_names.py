@@ -13,8 +13,8 @@ import pygit2
 import pytest
 
 from coordinator import Coordinator, PathError, ScopeExists
-from coordinator._trace import ARCHIVE_PREFIX
 from coordinator.client import ClientError
+from coordinator.store._trace import ARCHIVE_PREFIX
 
 from .server_fixtures import serve
 
@@ -62,7 +62,8 @@ async def test_a_journal_holding_an_invalid_ref_is_salvaged_on_open(tmp_path, sa
     async with Coordinator.open(state, sample_repo) as coord:
         head = (await (await coord.root.fork("a")).write("f.txt", b"x")).commit
     # A process journals the bad ref move and dies before any checkpoint.
-    code = ("import os, sys; from pathlib import Path; from coordinator._journal import Journal; "
+    code = ("import os, sys; from pathlib import Path; "
+            "from coordinator.store._journal import Journal; "
             "j = Journal(Path(sys.argv[1]), writable=True); "
             "j.move_ref('refs/corral/scopes/x.', sys.argv[2]); os._exit(0)")
     subprocess.run([sys.executable, "-c", code, str(state / "trace.git"), head], check=True)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Coordinator, JournalBounds, Policy, _journal
-from coordinator._effects import Decision
-from coordinator._trace import Trace
+from coordinator import Coordinator, JournalBounds, Policy
+from coordinator.records._effects import Decision
+from coordinator.store import _journal
+from coordinator.store._trace import Trace
 
 pytestmark = pytest.mark.asyncio
 

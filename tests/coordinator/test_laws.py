@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import sandboxes
 from coordinator import Coordinator, Scope
-from coordinator._merge import three_way
+from coordinator.store._merge import three_way
 from tests.conftest import make_repo
 
 pytestmark = pytest.mark.slow  # property laws against git, many examples

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from coordinator import Coordinator
-from coordinator._api import LogResponse, TraceEntryOut
-from coordinator._trace import Trace, TraceEntry
+from coordinator.records._wire import LogResponse, TraceEntryOut
+from coordinator.store._trace import Trace, TraceEntry
 
 from .server_fixtures import serve
 
@@ -100,7 +100,7 @@ async def test_a_stream_read_from_two_threads_in_turn_is_the_same_log(tmp_path, 
 async def test_the_whole_log_route_sends_the_same_json_a_chunk_at_a_time(tmp_path, sample_repo):
     """`/log` without parameters answers chunked (no Content-Length), with the
     bytes the whole `LogResponse` would have had, across several chunks."""
-    from coordinator import _routes
+    from coordinator.server import _routes as _routes
 
     async with serve(tmp_path / "state", sample_repo) as srv:
         coord = srv.hub.c

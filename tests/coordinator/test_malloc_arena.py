@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 _PROBE = textwrap.dedent(
     """
     import ctypes, ctypes.util, os, sys, tempfile, threading
-    from coordinator._malloc import one_arena
+    from coordinator.store._malloc import one_arena
     if sys.argv[1] == "one":
         assert one_arena()
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
@@ -58,7 +58,7 @@ def test_one_malloc_arena_keeps_threads_in_one_heap() -> None:
 _TRIM_PROBE = textwrap.dedent(
     """
     import ctypes, ctypes.util
-    from coordinator._malloc import trim
+    from coordinator.store._malloc import trim
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     libc.malloc.restype = ctypes.c_void_p
     def anon_mb():

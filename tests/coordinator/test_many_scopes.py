@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from coordinator import Coordinator
-from coordinator._journal import object_id, write_packed_refs
-from coordinator._packfile import write_pack
-from coordinator._trace import ARCHIVE_PREFIX, FORK_PREFIX, SCOPE_PREFIX
+from coordinator.store._journal import object_id, write_packed_refs
+from coordinator.store._packfile import write_pack
+from coordinator.store._trace import ARCHIVE_PREFIX, FORK_PREFIX, SCOPE_PREFIX
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,5 +1,5 @@
 """A long history costs no memory once checkpointed or read: names handed to
-pygit2's leaking lookups are interned (`coordinator._gitnames`), a burst of
+pygit2's leaking lookups are interned (`coordinator.store._gitnames`), a burst of
 writes leaves no Python object behind it, and neither does reading the log
 (records are decoded without pydantic's value cache)."""
 
@@ -13,7 +13,7 @@ import tracemalloc
 import pygit2
 
 from coordinator import Coordinator
-from coordinator._gitnames import entry, name
+from coordinator.store._gitnames import entry, name
 from tests.conftest import make_repo
 
 
@@ -63,7 +63,7 @@ def test_pygit2_still_needs_it(tmp_path) -> None:
             tree[key]
         except KeyError:
             pass
-    assert sys.getrefcount(key) > held, "pygit2 no longer leaks: drop coordinator._gitnames"
+    assert sys.getrefcount(key) > held, "pygit2 no longer leaks: drop coordinator.store._gitnames"
 
 
 async def test_a_checkpointed_burst_leaves_no_python_objects(tmp_path, sample_repo) -> None:

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from coordinator._merge import three_way
-from coordinator._trace import Trace
+from coordinator.store._merge import three_way
+from coordinator.store._trace import Trace
 from tests.conftest import GIT_ENV
 
 STRATEGIES = ["union", "ours", "theirs"]
@@ -236,7 +236,7 @@ def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
     each merge runs its own git merge-tree, with the same result."""
     from pygit2.enums import ObjectType
 
-    from coordinator import _scratch
+    from coordinator.store import _gitdir as _scratch
 
     monkeypatch.setattr(_scratch, "_STDBUF", None)
     server = _scratch.MergeTree("* merge=union\n")

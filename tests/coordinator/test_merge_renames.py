@@ -65,7 +65,7 @@ async def test_conflicting_edits_across_a_rename_conflict_at_the_new_name(tmp_pa
 def test_rename_detection_runs_only_for_a_file_deleted_here_and_edited_there():
     """No diff is computed (the trace is not even touched) unless one side deleted
     a file the other edited and added some file."""
-    from coordinator._merge import _renames
+    from coordinator.store._merge import _renames
 
     blob = ("0" * 40, 0o100644)
     assert _renames(None, "", "", {"a": None, "b": blob}, {"c": blob}) == {}  # a untouched there

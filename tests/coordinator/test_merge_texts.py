@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from coordinator._merge import merge_texts
+from coordinator.store._merge import merge_texts
 from tests.text_edits import edited
 
 LINES = [b"a\n", b"b\n", b"\n", b"def f():\n", b"    return 1\n", b"}\n", b"x\r\n", b"# c\n"]

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator import Coordinator, NotFound
-from coordinator._trace import Trace
+from coordinator.store._trace import Trace
 
 NAMES = ["a", "b", "a/x", "a/y", "b/c/d", "a/x/z", "e", "é ü", "b/c/e"]
 MODES = [0o100644, 0o100755, 0o120000]

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from coordinator._errors import PatchError
-from coordinator._patch import apply_patch, for_one_file
-from coordinator._quick_patch import Refusal, apply_quick
+from coordinator.records._errors import PatchError
+from coordinator.store._patch import apply_patch, for_one_file
+from coordinator.store._quick_patch import Refusal, apply_quick
 from tests.conftest import GIT_ENV
 from tests.text_edits import edited
 

@@ -16,10 +16,10 @@ from coordinator import (
     ScopeExists,
     UnknownScope,
 )
-from coordinator._openapi import openapi
-from coordinator._routes import ROUTES
-from coordinator._server import API_ROUTES
 from coordinator.client import ClientError
+from coordinator.server._app import API_ROUTES
+from coordinator.server._openapi import openapi
+from coordinator.server._routes import ROUTES
 
 from .server_fixtures import serve
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator._trace import EMPTY_TREE, TREE_MODE, Trace, nest
+from coordinator.store._trace import EMPTY_TREE, TREE_MODE, Trace, nest
 from tests.conftest import git, make_repo
 
 # Names chosen for git's ordering: a directory sorts as if its name ended in '/'

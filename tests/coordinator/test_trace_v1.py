@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 from coordinator import FORMAT_VERSION, Coordinator, Trace
-from coordinator._trace import ARCHIVE_PREFIX
+from coordinator.store._trace import ARCHIVE_PREFIX
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "trace-v1.tar.gz"
 

@@ -26,7 +26,7 @@ import pytest
 
 import sandboxes
 from coordinator import Coordinator, ExecError, ExecOutcome
-from coordinator._effects import Exec
+from coordinator.records._effects import Exec
 from sandboxes import SANDBOX_UID, Limits
 from sandboxes._exec import run_isolated
 

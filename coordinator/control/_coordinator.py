@@ -1,0 +1,401 @@
+"""The coordinator: one state directory, its trace, its scopes and its supervisor.
+
+State directory layout::
+
+    <state>/trace.git   the trace (bare git repository): the only durable truth,
+                        the state's settings too (refs/corral/settings, see _settings.py)
+    <state>/ws/         workspace layers and mounts (rebuilt from the trace on open)
+    <state>/lock        held while a coordinator has the directory open
+    <state>/environment.json  what `prepare` set up in root (commands' PATH, variables)
+
+The directory is mode 0700 (made so, or chmod-ed so at open).
+
+The coordinator owns the lifecycle (open, rebuild the scopes, close) and the
+scope registry; what scopes share while it runs is its `Runtime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sandboxes
+from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
+
+from ..policies._chain import Policy, PolicyChain
+from ..policies._settings import Settings, read_settings, reconcile, record_settings, settings_chain
+from ..records._effects import Effect
+from ..records._errors import SandboxFailure, StateError
+from ..records._events import EventBus
+from ..scopes._environment import Environment, PreparedEnvironment
+from ..scopes._environment import prepare as prepare_environment
+from ..scopes._environment import restore as restore_environment
+from ..scopes._history import apply_tree_changes
+from ..scopes._live import stop_live
+from ..scopes._metrics import Metrics
+from ..scopes._registry import ScopeRegistry
+from ..scopes._runtime import Runtime, Settled
+from ..scopes._scope import Scope
+from ..store._journal import JournalBounds
+from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
+
+__all__ = ["Coordinator"]
+
+log = logging.getLogger("corral")
+T = TypeVar("T")
+
+
+def _memory_layers() -> bool:
+    """Whether scopes' writable layers live in memory (tmpfs; the default) or on
+    disk (CORRAL_LAYERS=disk). They are rebuilt from the trace after a crash
+    anyway, and on disk every fork and discard pays ext4 directory creation
+    (~0.4 ms each here); in memory, dirty files cost RAM instead."""
+    value = os.environ.get("CORRAL_LAYERS", "memory")
+    if value not in ("memory", "disk"):
+        raise StateError(f"CORRAL_LAYERS must be 'memory' or 'disk', not {value!r}")
+    return value == "memory"
+
+
+class Coordinator:
+    """Open with `async with Coordinator.open(state_dir, repo=..., base=...) as coord`."""
+
+    def __init__(self, state: Path, trace: Trace, backend: Backend, chain: PolicyChain,
+                 settings: Settings | None = None) -> None:
+        self.state = state
+        self.trace = trace
+        self.backend = backend
+        self.chain = chain
+        self.runtime: Runtime[Scope] = Runtime(state, trace, chain, backend.name, settings)
+        """What the scopes share (events, metrics, threads, pending intents, settings)."""
+        self._lockfile: int | None = None
+        self.cursor_key = os.urandom(16)
+        """Signs the log cursors the HTTP API hands out (valid while this runs)."""
+
+    @property
+    def events(self) -> EventBus:
+        return self.runtime.events
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.runtime.metrics
+
+    @property
+    def scopes(self) -> ScopeRegistry:
+        """Every scope by name (discarded ones while live forks name them as parent)."""
+        return self.runtime.scopes
+
+    @property
+    def settings(self) -> Settings:
+        """What this coordinator enforces: the settings the state records (see
+        `Coordinator.open`), with any in-memory change made through the setters
+        below (`exec_limits`, `toolchain`, `live_timeout`, `defer_timeout`), which
+        are not recorded."""
+        return self.runtime.settings
+
+    @property
+    def live_timeout(self) -> float:
+        """Seconds the policy chain has to decide on a live call in a fuse workspace
+        before the call is denied (and the denial recorded)."""
+        return self.runtime.live_timeout
+
+    @live_timeout.setter
+    def live_timeout(self, value: float) -> None:
+        self.runtime.live_timeout = value
+
+    @property
+    def defer_timeout(self) -> float:
+        """Seconds a deferred intent waits for the scope it waits on to merge
+        (or be discarded) before it is blocked."""
+        return self.runtime.defer_timeout
+
+    @defer_timeout.setter
+    def defer_timeout(self, value: float) -> None:
+        self.runtime.defer_timeout = value
+
+    @property
+    def exec_limits(self) -> Limits:
+        """What one command may use (processes, memory, output, file and layer
+        size, the longest timeout); raise a field with dataclasses.replace."""
+        return self.runtime.exec_limits
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None:
+        self.runtime.exec_limits = value
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]:
+        """Host directories a command sees read-only (their bin/ first on its PATH):
+        a virtualenv, a language toolchain. Nothing else of the host's is shown
+        beyond the system directories."""
+        return self.runtime.toolchain
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None:
+        self.runtime.toolchain = tuple(value)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        repo: str | os.PathLike[str] | None = None,
+        base: str = "HEAD",
+        *,
+        backend: str | None = None,
+        policies: Sequence[Policy] = (),
+        clock: Callable[[], float] | None = None,
+        journal: JournalBounds | None = None,
+        settings: Settings | None = None,
+        default_settings: Settings | None = None,
+        change_settings: bool = False,
+    ) -> AsyncIterator[Coordinator]:
+        """Open (or create) the coordinator state in `state_dir`.
+
+        A new state directory needs `repo` (a local git repository) and imports
+        commit `base` of it as the snapshot. An existing one is reopened: every
+        scope's workspace is rebuilt from its head in the trace. `backend`
+        picks the sandbox ("overlay", "copy", or "fuse" for live interception of
+        writes by any process in a workspace; default: the best available, never fuse).
+        `clock` (epoch seconds) makes commit ids reproducible. `journal`: when
+        the trace checkpoints and how much it holds meanwhile (JournalBounds).
+
+        Settings (`Settings`: the policy chain as specs, gate rules, exec limits,
+        timeouts, toolchain) belong to the state: `settings` are recorded in its
+        trace the first time and enforced by whoever opens it next; None means
+        the recorded ones (or `default_settings`, recorded, for a state that
+        records none; or, with neither, no settings: the chain is `policies`
+        alone, as before settings existed). Settings other than the recorded ones
+        raise StateError unless `change_settings`, which records the change.
+        The chain is the settings' policies, then `policies` (in-process objects,
+        not recorded; one named like a spec, e.g. a `ConflictGuard`, takes that
+        spec's place).
+
+        Raises StateError when the directory is in use, was made from a
+        different snapshot, records other settings (see above) or names a policy
+        that cannot be loaded here; NotFound for an unknown repository or commit.
+        """
+        asked = (settings, default_settings, change_settings)
+        coord = await asyncio.to_thread(
+            cls._open_sync, Path(state_dir), repo, base, backend, policies, clock, journal, asked
+        )
+        coord.runtime.bind_loop()
+        try:
+            yield coord
+        finally:
+            await coord.close()
+
+    @classmethod
+    def _open_sync(
+        cls,
+        state: Path,
+        repo: str | os.PathLike[str] | None,
+        base: str,
+        backend_name: str | None,
+        policies: Sequence[Policy],
+        clock: Callable[[], float] | None,
+        journal: JournalBounds | None = None,
+        asked: tuple[Settings | None, Settings | None, bool] = (None, None, False),
+    ) -> Coordinator:
+        state = state.absolute()
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The trace holds every file and prompt of every scope: no other local user
+        # reads it, also in a state directory made before this was the rule.
+        if state.stat().st_mode & 0o777 != 0o700:
+            os.chmod(state, 0o700)
+        lockfd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(lockfd)
+            raise StateError(f"{state} is in use by another coordinator", cause=e) from e
+        trace: Trace | None = None
+        try:
+            trace = Trace(state / "trace.git", clock=clock, journal=journal)
+            snapshot = trace.snapshot()
+            if snapshot is None:
+                if repo is None:
+                    raise StateError(f"{state} holds no snapshot yet: give the repository to "
+                                     "snapshot (--repo on the command line, repo= in Python)")
+                snapshot = trace.import_snapshot(Path(repo), base)
+                trace.set_ref(SCOPE_PREFIX + "root", snapshot)
+            elif repo is not None:
+                wanted = Trace.resolve_external(Path(repo), base)
+                if wanted != snapshot:
+                    raise StateError(
+                        f"{state} was created from snapshot {snapshot[:12]}, not {base} of "
+                        f"{repo} ({wanted[:12]}); use another state directory"
+                    )
+            settings, note = reconcile(state, read_settings(trace), *asked)
+            chain = PolicyChain(settings_chain(settings, policies))  # fails before any work
+            try:
+                backend = sandboxes.choose_backend(
+                    state / "ws", backend_name, tmpfs=_memory_layers()
+                )
+            except SandboxError as e:
+                raise SandboxFailure(str(e), cause=e) from e
+            coord = cls(state, trace, backend, chain, settings)
+            coord._lockfile = lockfd
+            coord.metrics.watch_journal(trace.journal)
+            coord.metrics.watch_events(coord.events)
+            coord._load_scopes(snapshot)
+            restore_environment(coord.runtime)
+            if settings is not None and note is not None:
+                record_settings(trace, settings, note)
+            trace.release_handle()  # this thread may never run again
+            trace.start()
+            return coord
+        except BaseException:
+            if trace is not None:
+                trace.close()
+            os.close(lockfd)
+            raise
+
+    def _load_scopes(self, snapshot: str) -> None:
+        """Rebuild every live scope's workspace from its head in the trace. A
+        scope's fork point and next seq come from its fork ref and its head's
+        record, so this costs what the scopes changed, not their history."""
+        trace = self.trace
+        snap_tree = str(trace.commit(snapshot).tree_id)
+        populate = partial(self._extract_tree, snap_tree)
+        for name in trace.scope_names():
+            head = trace.head(name)
+            assert head is not None
+            ws: Workspace = self.backend.base(snap_tree, populate, name=name)
+            head_tree = str(trace.commit(head).tree_id)
+            fork_point, parent, seq = self._lineage(name, head, snapshot)
+            scope = Scope(self.runtime, name, ws, head, fork_point, parent, seq)
+            if head_tree != snap_tree:
+                apply_tree_changes(trace, ws.backing, trace.diff_trees(snap_tree, head_tree))
+            # Ignored files are not in the tree: they come back from their own ref.
+            kept = trace.ignored_files(name)
+            if kept:
+                apply_changes(ws.backing, [Change(path, trace.blob(blob), mode)
+                                           for path, blob, mode in kept])
+            self.scopes[name] = scope
+        self.runtime.count_scopes()
+
+    def _lineage(self, name: str, head: str, snapshot: str) -> tuple[str, str | None, int]:
+        """A live scope's fork point, parent scope and next seq."""
+        trace = self.trace
+        latest = trace.show(head).effect
+        fork = trace.fork_point(name)
+        if fork is not None and latest is not None and latest.scope == name:
+            effect = trace.show(fork).effect
+            assert effect is not None and effect.kind == "scope.fork"
+            return fork, effect.intent.parent, latest.seq + 1  # type: ignore[union-attr]
+        # No fork ref (root, or a trace from before they were kept): walk back.
+        fork_point, parent, seq = snapshot, None, 0
+        for entry in trace.walk(head):  # newest first
+            eff = entry.effect
+            assert eff is not None
+            seq = max(seq, eff.seq + 1)
+            if eff.kind == "scope.fork" and eff.scope == name:
+                fork_point, parent = entry.commit, eff.intent.parent  # type: ignore[union-attr]
+                break
+        return fork_point, parent, seq
+
+    def _extract_tree(self, tree: str, into: Path) -> None:
+        """Write a tree's files into a directory (the base layer), with git's own
+        archive writer: much faster than blob-by-blob for large checkouts."""
+        archive = subprocess.Popen(
+            ["git", "--git-dir", str(self.trace.path), "archive", "--format=tar", tree],
+            stdout=subprocess.PIPE,
+        )
+        extract = subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout)
+        assert archive.stdout is not None
+        archive.stdout.close()
+        if archive.wait() != 0 or extract.returncode != 0:
+            raise StateError(f"could not extract tree {tree} into {into}")
+
+    async def close(self) -> None:
+        """Release every workspace and mount; the trace stays. Idempotent."""
+        if self._lockfile is None:
+            return
+        await stop_live(self.scopes.live())
+        self.events.close()
+        try:
+            try:
+                await self.runtime.io(self.backend.close)
+            finally:
+                await self.runtime.io(self.trace.close)
+        finally:
+            self.runtime.stop_io()
+            os.close(self._lockfile)
+            self._lockfile = None
+
+    async def prepare(self, environment: Environment | None = None, *,
+                      progress: Callable[[str], None] | None = None) -> PreparedEnvironment:
+        """Set up the project's environment once in the root scope, before forking,
+        so every scope forked afterwards shares it copy-on-write and every command
+        finds the project's tools: `Environment()` (the default) detects the usual
+        setup (pyproject.toml/setup.py/setup.cfg: a virtualenv at .venv, or
+        .cache/corral-venv, with the project installed editable, its test extras and
+        pytest; package.json: npm ci; go.mod: go mod download; Cargo.toml: cargo
+        fetch), `Environment(setup="CMD")` runs a shell command instead,
+        `Environment(detect=False)` runs nothing; `toolchain` directories are shown
+        read-only to every command, their bin/ first on its PATH.
+
+        The setup runs with the network on, at /workspace/repo; it may write only
+        files the repository ignores. Its files are cached by the hash of the recipe,
+        the toolchain and the lock and config files (`~/.cache/corral/envs`), so a
+        later state with the same key unpacks them instead of running it, and a state
+        already prepared with that key does nothing. From then on every command run
+        without an env of its own gets the environment's PATH and variables
+        (`Scope.exec_env` includes them), also after a reopen. `progress` gets a line
+        when work starts and when it is done.
+
+        Returns what was done (`PreparedEnvironment`: recipe, source, seconds, log).
+        Raises SetupFailed (naming the log of the setup's output) when the setup fails,
+        times out, is blocked or changes a tracked file: the root scope is then as
+        before; CorralError for a toolchain directory that does not exist.
+        """
+        return await prepare_environment(self, environment or Environment(), progress)
+
+    async def until_settled(self, name: str, timeout: float | None) -> Settled:
+        """Wait until scope `name` is merged into another scope or discarded.
+        Returns how it ended: "merged", "discarded", "gone" (no such scope:
+        nothing to wait for) or "timeout"."""
+        return await self.runtime.until_settled(name, timeout)
+
+    def last_discard(self, name: str) -> str | None:
+        """The commit of the latest discard of scope `name` that is no longer
+        registered (None when there is none)."""
+        prefix = f"{ARCHIVE_PREFIX}{name}-"
+        numbered = [r for r in self.trace.refs(prefix) if r[len(prefix):].isdigit()]
+        if not numbered:
+            return None
+        return self.trace.ref(max(numbered, key=lambda r: int(r[len(prefix):])))
+
+    async def checkpoint(self) -> None:
+        """Bring the trace's git repository on disk up to date now, for plain
+        `git` readers (it is anyway every couple of seconds, and at close)."""
+        await self.io(self.trace.checkpoint)
+
+    # -- access -------------------------------------------------------------------
+
+    @property
+    def root(self) -> Scope:
+        return self.scopes["root"]
+
+    def scope(self, name: str) -> Scope:
+        """The live scope `name`; raises UnknownScope."""
+        return self.scopes.scope(name)
+
+    def log(self, scope: Scope | str) -> list[Effect]:
+        """The effects on a scope's branch, oldest first (blocking read of the trace)."""
+        s = self.scope(scope) if isinstance(scope, str) else scope
+        return [e.effect for e in self.trace.log(s.head) if e.effect is not None]
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking work (git, files, mounts) on the coordinator's threads."""
+        return await self.runtime.io(fn, *args, **kwargs)

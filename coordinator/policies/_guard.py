@@ -1,0 +1,228 @@
+"""The conflict guard: a policy that stops a write that would not merge.
+
+On every write intent it merges, for the written file only, the writer's
+tentative content against each live sibling's version over their merge base
+(libgit2's three-way file merge), and against root's head: what merged into
+root stays claimed by the effects that wrote it, also after their scope was
+discarded (the later merge into root would conflict all the same). It merges
+under the merge driver the writer's
+committed `.gitattributes` name, as the merge will (`merge=union`: text never
+conflicts; `-merge`/`binary`: a file both changed does). A write whose hunks would conflict is
+blocked (or deferred) with a reason that names the file, the lines and the
+scope (and effect) that own them. Explicit claims reserve paths or line ranges.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import pygit2
+
+from ..records._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
+from ..store._favor import merge_driver
+from ..store._merge import merge_file, parse_hunks
+from ._chain import View
+
+if TYPE_CHECKING:
+    from ..store._trace import Trace
+
+__all__ = ["Claim", "ConflictGuard"]
+
+Owner = Callable[["Trace", "str | None", str, str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """`scope` reserves `path` (whole file, or lines first..last, 1-based)."""
+
+    scope: str
+    path: str
+    lines: tuple[int, int] | None = None
+
+
+class ConflictGuard:
+    """Policy: block (or defer) writes that would conflict with a sibling's work."""
+
+    name = "conflict-guard"
+
+    def __init__(self, mode: Literal["block", "defer"] = "block") -> None:
+        self.mode = mode
+        self.claims: list[Claim] = []
+
+    def claim(self, scope: str, path: str, lines: tuple[int, int] | None = None) -> Claim:
+        c = Claim(scope, path, lines)
+        self.claims.append(c)
+        return c
+
+    def release(self, scope: str) -> None:
+        self.claims = [c for c in self.claims if c.scope != scope]
+
+    async def __call__(self, intent: Intent, view: View) -> Decision | None:
+        changes = _writes(intent)
+        if not changes:
+            return None
+        for change in changes:
+            for c in self.claims:
+                if c.scope != view.scope and c.path == change.path:
+                    if c.lines is None or await self._touches(view, change, c.lines):
+                        where = f"lines {c.lines[0]}-{c.lines[1]} of " if c.lines else ""
+                        return self._stop(f"{where}{change.path} are claimed by {c.scope}",
+                                          c.scope)
+        paths = {c.path for c in changes}
+        # Only siblings that touched a written path need a merge: the scopes keep
+        # their touched paths as they go, so this filter costs no git work.
+        suspects = [s for s in view.siblings()
+                    if s.touched is None or not s.touched.isdisjoint(paths)]
+        me = view.head(view.scope)
+        if suspects:
+            touched = [(s.name, s.head, await view.touched(s)) for s in suspects]
+            found = await view.io(_check, view.trace, me, touched, changes)
+            if found:
+                return self._stop(*found)
+        root = next((s for s in view.scopes() if s.name == "root"), None)
+        if root is None or view.scope == "root" or not (
+                root.touched is None or not root.touched.isdisjoint(paths)):
+            return None
+        # Root's head holds what merged (from scopes live or gone): nothing to wait
+        # for there, so a conflict with it blocks whatever the mode.
+        reason = await view.io(_check_root, view.trace, me, root.head, changes)
+        return Decision(verdict="block", reason=reason) if reason else None
+
+    def _stop(self, reason: str, owner: str) -> Decision:
+        if self.mode == "defer":
+            return Decision(verdict="defer", reason=reason, until=owner)
+        return Decision(verdict="block", reason=reason)
+
+    async def _touches(self, view: View, change: FileChange, lines: tuple[int, int]) -> bool:
+        """Whether the change alters any line in the claimed range of the current file."""
+        old = await view.read(view.scope, change.path) or b""
+        new = view.trace.blob(change.blob) if change.blob else b""
+        a, b = old.splitlines(), new.splitlines()
+        first, last = lines
+        for tag, i1, i2, _, _ in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+            if tag != "equal" and i1 < last and max(i2, i1 + 1) > first - 1:
+                return True
+        return False
+
+
+def _check(
+    trace: Trace,
+    me: str,
+    siblings: list[tuple[str, str, frozenset[str]]],
+    changes: list[FileChange],
+) -> tuple[str, str] | None:
+    """The first (reason, owner) conflict of `changes` with a sibling (name,
+    head, paths it touched)."""
+    for name, head, touched in siblings:
+        for change in changes:
+            if change.path in touched:
+                reason = _conflict(trace, me, head, name, change)
+                if reason:
+                    return reason, name
+    return None
+
+
+def _check_root(trace: Trace, me: str, root_head: str, changes: list[FileChange]) -> str:
+    """Why `changes` would conflict with root's head (work merged into it, or
+    root's own), or ''."""
+    for change in changes:
+        reason = _conflict(trace, me, root_head, "root", change, owner=_merged_who)
+        if reason:
+            return reason
+    return ""
+
+
+def _writes(intent: Intent) -> list[FileChange]:
+    match intent:
+        case FsPatch() if intent.changes:
+            return list(intent.changes)
+        case FsWrite() | FsPatch():
+            return [FileChange(path=intent.path, blob=intent.blob, mode=intent.mode)]
+        case FsDelete():
+            return [FileChange(path=intent.path, blob=None)]
+        case Exec(changes=changes) if changes:
+            return list(changes)
+    return []
+
+
+def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
+              change: FileChange, *, owner: Owner | None = None) -> str:
+    """Why writing `change` would conflict with scope `theirs`, or ''. `owner`
+    names who wrote the lines (default `_who`) from (trace, writer commit,
+    theirs, their head)."""
+    base = trace.merge_base(ours_head, theirs_head)
+    if base is None:
+        return ""
+    path = change.path
+    base_t = trace.tree_of(base)
+    theirs_t = trace.tree_of(theirs_head)
+
+    def side(tree: pygit2.Tree) -> tuple[str, int] | None:
+        e = trace.entry(tree, path)
+        return (str(e.id), e.filemode) if e is not None and e.filemode != 0o040000 else None
+
+    anc, t = side(base_t), side(theirs_t)
+    if t == anc:
+        return ""  # they have not touched this file
+    o = (change.blob, change.mode) if change.blob else None
+    if o == t or o == anc:
+        return ""
+
+    def who() -> str:  # only a conflict's reason names it (a history walk and a read)
+        writer = trace.last_writer(theirs_head, base, path)
+        if owner is not None:
+            return owner(trace, writer, theirs, theirs_head)
+        return _who(trace, writer, theirs)
+
+    if o is None or t is None:
+        verb = "deleted" if t is None else "changed"
+        return f"{path} was {verb} by {who()}; your {'delete' if o is None else 'write'} conflicts"
+    # As the merge will: the writer's own `.gitattributes` name the driver.
+    driver = merge_driver(trace.repo, ours_head, trace.tree_of(ours_head), path)
+    if driver == "binary":
+        return f"{path} (merged as binary) was changed by {who()}; your write conflicts"
+    merged = merge_file(trace.repo, path, anc, o, t)
+    if merged.automergeable or (driver == "union" and not _is_binary(trace, o, t)):
+        return ""  # union keeps both sides' lines: text never conflicts
+    hunks = parse_hunks(merged.contents)
+    if hunks:
+        spans = ", ".join(f"{h.ours_start}-{h.ours_end}" for h in hunks)
+        return f"lines {spans} of {path} conflict with changes by {who()}"
+    return f"{path} conflicts with changes by {who()}"
+
+
+def _is_binary(trace: Trace, *sides: tuple[str, int]) -> bool:
+    # git's test (a NUL in the first 8000 bytes): union gives up on binary files.
+    return any(b"\0" in trace.blob(blob)[:8000] for blob, _ in sides)
+
+
+def _merged_who(trace: Trace, writer: str | None, root: str, root_head: str) -> str:
+    """The owner of lines on root's branch: the effect that wrote them and, when
+    they came through a merge, the scope it ran in and the merge commit."""
+    if writer is None:
+        return f"scope {root}"
+    effect = trace.show(writer).effect
+    if effect is None:
+        return f"scope {root}"
+    owner = f"scope {effect.scope} (effect {effect.id}, commit {writer[:10]})"
+    if effect.scope == root:
+        return owner
+    # The newest first-parent commit of root whose first parent does not hold the
+    # writer yet is the one that brought it in: the merge.
+    commit = trace.commit(root_head)
+    while commit.parent_ids:
+        first = str(commit.parent_ids[0])
+        if not trace.is_ancestor(writer, first):
+            return f"{owner} merged into {root} (commit {str(commit.id)[:10]})"
+        commit = commit.parents[0]
+    return f"{owner} merged into {root}"
+
+
+def _who(trace: Trace, writer: str | None, scope: str) -> str:
+    if writer is None:
+        return f"scope {scope}"
+    effect = trace.show(writer).effect
+    return f"scope {scope} (effect {effect.id}, commit {writer[:10]})" if effect else scope

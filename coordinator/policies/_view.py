@@ -1,0 +1,166 @@
+"""What a policy sees: read-only access to every scope while it decides on one intent.
+
+Everything the built-in policies use is here and public, so a policy written
+outside the package can do what the conflict guard does: list the sibling
+scopes with their heads and the paths they changed, read files at a head, and
+run reads of the trace (git work that blocks) on the coordinator's threads.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..records._effects import Effect
+from ..records._errors import NotFound
+from ..records._paths import check_path
+
+if TYPE_CHECKING:
+    from ..store._trace import Trace
+
+__all__ = ["ScopeInfo", "View", "ViewSource"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeInfo:
+    """One scope as a policy (or the API) sees it."""
+
+    name: str
+    head: str
+    parent: str | None
+    fork_point: str
+    backend: str
+    touched: frozenset[str] | None = None
+    """Paths changed on its branch since its fork point, when known without git
+    work (a superset: a path changed back stays in); `View.touched` always knows."""
+
+
+class _LiveScope(Protocol):
+    """What a view reads of a live scope (a `Scope`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def discarded(self) -> bool: ...
+    @property
+    def head(self) -> str: ...
+    def info(self) -> ScopeInfo: ...
+    def remember_touched(self, head: str, paths: frozenset[str]) -> None: ...
+
+
+class _LiveScopes(Protocol):
+    def live(self) -> Sequence[_LiveScope]: ...
+    def scope(self, name: str) -> _LiveScope: ...
+    def get(self, name: str, /) -> _LiveScope | None: ...
+
+
+class ViewSource(Protocol):
+    """What a view reads: the coordinator's shared state (its `Runtime`), described
+    here so this layer, below the scopes, does not import it."""
+
+    @property
+    def scopes(self) -> _LiveScopes: ...
+    @property
+    def pending(self) -> Mapping[str, Effect]: ...
+    @property
+    def trace(self) -> Trace: ...
+    def io(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]: ...
+
+
+class View:
+    """Read-only access to the coordinator's state for a policy deciding on
+    one proposal (`effect` is the pending record, `scope` its scope's name)."""
+
+    def __init__(self, runtime: ViewSource, effect: Effect) -> None:
+        self._rt = runtime
+        self.effect = effect
+        self.scope = effect.scope
+        self.notes: list[str] = []
+        """Remarks of policies that abstained (a reviewer that timed out, a gate
+        approval); the chain appends them to the final decision's reason."""
+        self._only: frozenset[str] | None = None
+
+    def among(self, names: Collection[str]) -> View:
+        """This view listing only the live scopes in `names` (in `scopes` and
+        `siblings`): for a policy that governs one group of scopes among many
+        (one pair of a benchmark run) and must not compare with the others.
+        Notes made through it are this view's."""
+        narrowed = copy.copy(self)  # shares `notes`
+        narrowed._only = frozenset(names)
+        return narrowed
+
+    def _live(self) -> Sequence[_LiveScope]:
+        live = self._rt.scopes.live()
+        return live if self._only is None else [s for s in live if s.name in self._only]
+
+    def note(self, text: str) -> None:
+        """Record a remark in the final decision without deciding."""
+        self.notes.append(text)
+
+    def scopes(self) -> list[ScopeInfo]:
+        """Every live scope."""
+        return [s.info() for s in self._live()]
+
+    def siblings(self) -> list[ScopeInfo]:
+        """Every live scope but the deciding one and root: the work a write of
+        this scope could conflict with when they merge."""
+        return [s.info() for s in self._live() if s.name not in (self.scope, "root")]
+
+    def head(self, scope: str) -> str:
+        """The head commit of live scope `scope`; raises UnknownScope."""
+        return self._rt.scopes.scope(scope).head
+
+    def pending(self) -> list[Effect]:
+        """Intents proposed and not yet decided or materialized, in every scope."""
+        return list(self._rt.pending.values())
+
+    async def touched(self, scope: str | ScopeInfo) -> frozenset[str]:
+        """The paths a scope changed since its fork point (give its name, or a
+        `ScopeInfo` for the scope as it was then): known to the scope as it
+        goes, else from its trees (git work on a thread, remembered while its
+        head stays). Raises UnknownScope for a name that is not live."""
+        info = self._rt.scopes.scope(scope).info() if isinstance(scope, str) else scope
+        if info.touched is not None:
+            return info.touched
+        trace = self._rt.trace
+        paths = frozenset(await self._rt.io(
+            lambda: trace.diff_trees(trace.tree_id(info.fork_point), trace.tree_id(info.head))))
+        live = self._rt.scopes.get(info.name)
+        if live is not None and not live.discarded:
+            live.remember_touched(info.head, paths)
+        return paths
+
+    async def read(self, scope: str, path: str) -> bytes | None:
+        """The file at `path` in `scope`'s head tree, or None."""
+        head, trace = self.head(scope), self._rt.trace
+
+        def read() -> bytes | None:
+            try:
+                return trace.read(head, check_path(path))
+            except NotFound:
+                return None
+
+        return await self._rt.io(read)
+
+    async def blob(self, blob: str) -> bytes:
+        """The content of blob `blob` of the trace."""
+        return await self._rt.io(self._rt.trace.blob, blob)
+
+    async def store(self, data: bytes) -> str:
+        """Store `data` as a blob (for a rewritten intent's content) and return
+        its id. Blobs are content-addressed: storing one changes no scope."""
+        return await self._rt.io(self._rt.trace.write_blob, data)
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)`, blocking reads of `trace` (merge bases, trees, blobs),
+        on the coordinator's threads and return its result."""
+        return await self._rt.io(fn, *args)
+
+    @property
+    def trace(self) -> Trace:
+        """The trace (read it, in `io`; do not write)."""
+        return self._rt.trace

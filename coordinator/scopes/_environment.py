@@ -1,0 +1,449 @@
+"""The project's environment: prepared once in the root scope, shared copy-on-write.
+
+`Coordinator.prepare` runs the repository's setup (found by `_setups`, or the user's
+command) once in the root scope, before any fork, at /workspace/repo with the network
+on. What it builds (a virtualenv with the project installed editable, node_modules,
+module caches) lies under paths the repository ignores: it stays out of every tree, patch
+and merge, it is kept beside the tree like any ignored file a command writes (so it
+survives a restart), and every scope forked afterwards shares it copy-on-write. Every
+later command run without an `env` of its own gets the environment's PATH (the
+virtualenv's bin/ first) and variables (VIRTUAL_ENV, ...); `Scope.exec_env` includes them.
+
+The cache: the setup's files are kept as a tar under `<cache>/<key>/env.tar` (default
+`~/.cache/corral/envs`, or $CORRAL_ENV_CACHE), the key hashing the recipe, the toolchain
+and the content of the lock and config files (`_setups.KEY_FILES`, requirements files).
+A later state directory with the same key unpacks the tar instead of running the setup;
+the setup's output is in `setup.log` beside it. In the state directory,
+`environment.json` records what was prepared, so a reopen gives commands the same
+environment and a second `prepare` with the same key does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+import pygit2
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sandboxes import REPO_PATH, default_env
+
+from ..records._effects import ExecOutcome, FileChange
+from ..records._errors import CorralError
+from ..store._ignore import IgnoreRules, load_ignored
+from ._setups import Files, Step, detect, key_files, registry_dirs, registry_env, tool
+
+if TYPE_CHECKING:
+    from sandboxes import Limits
+
+    from ..store._trace import Trace
+    from ._runtime import Runtime
+    from ._scope import Scope
+
+__all__ = ["Environment", "PreparedEnvironment", "SetupFailed", "prepare", "restore"]
+
+log = logging.getLogger("corral")
+
+_T = TypeVar("_T")
+
+
+class Coordinator(Protocol):
+    """What preparing an environment needs of the coordinator. A Protocol: no
+    module of coordinator/ but its face imports the Coordinator class."""
+
+    state: Path
+    trace: Trace
+    runtime: Runtime
+
+    @property
+    def root(self) -> Scope: ...
+
+    @property
+    def exec_limits(self) -> Limits: ...
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None: ...
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]: ...
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None: ...
+
+    async def io(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T: ...
+
+SETUP_TIMEOUT_S = 1800.0
+_SETUP_TMP = 2048 * 1024 * 1024  # pip unpacks and builds wheels in /tmp
+_FORMAT = 1
+Source = Literal["built", "cache", "state", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What `Coordinator.prepare` should set up.
+
+    `Environment()` detects the repository's usual setup (see `coordinator.scopes._setups`);
+    `Environment(setup="make deps")` runs that shell command instead;
+    `Environment(detect=False)` runs nothing (only `toolchain` applies)."""
+
+    setup: str | None = None
+    """A shell command (bash) run once at /workspace/repo, network on; None: detect."""
+    toolchain: Sequence[str | os.PathLike[str]] = ()
+    """Host directories every command sees read-only, their bin/ first on its PATH."""
+    detect: bool = True
+    """Without `setup`: run the detected setup (False: none)."""
+    cache: Path | None = None
+    """Where built environments are kept (default $CORRAL_ENV_CACHE, else
+    ~/.cache/corral/envs)."""
+    timeout: float = SETUP_TIMEOUT_S
+    """Seconds the setup may take."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEnvironment:
+    """What `Coordinator.prepare` did."""
+
+    recipe: str
+    """The steps run, joined by '+' (python, npm, go, cargo, custom), or 'none'."""
+    source: Source
+    """built (the setup ran), cache (unpacked from the cache), state (this state
+    directory held it already) or none (nothing to set up)."""
+    seconds: float
+    key: str | None = None
+    """The cache key (None when nothing was set up)."""
+    log: Path | None = None
+    """The setup's output (stdout and stderr)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """What every command gets beside the defaults (its PATH goes first)."""
+    toolchain: tuple[Path, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What was skipped, and why."""
+
+    @property
+    def cached(self) -> bool:
+        return self.source in ("cache", "state")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "source": self.source, "cached": self.cached,
+                "seconds": round(self.seconds, 3), "key": self.key,
+                "log": str(self.log) if self.log else None, "env": self.env,
+                "toolchain": [str(t) for t in self.toolchain], "notes": list(self.notes)}
+
+
+class SetupFailed(CorralError):
+    """The project's setup failed (or was blocked); `.log` is the file holding its
+    output, when there is one. Nothing of it stays in the root scope."""
+
+    def __init__(self, message: str, *, log: Path | None = None,
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, cause=cause)
+        self.log = log
+
+
+class _Saved(BaseModel):
+    """`<state>/environment.json`: what the state's root scope was prepared with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["environment"] = "environment"
+    format: Literal[1] = 1
+    key: str
+    recipe: str
+    env: dict[str, str]
+    toolchain: list[str]
+    seconds: float
+
+
+def _cache_root(given: Path | None) -> Path:
+    if given is not None:
+        return Path(given)
+    if os.environ.get("CORRAL_ENV_CACHE"):
+        return Path(os.environ["CORRAL_ENV_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "corral" / "envs"
+
+
+def restore(runtime: Runtime) -> None:
+    """Give commands the environment recorded in the state directory (at open)."""
+    path = runtime.state / "environment.json"
+    try:
+        saved = _Saved.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return
+    except (OSError, ValidationError) as e:
+        log.warning("ignoring %s: %s", path, e)
+        return
+    runtime.command_env = dict(saved.env)
+    extra = (Path(t) for t in saved.toolchain if Path(t).is_dir())
+    runtime.toolchain = tuple(dict.fromkeys((*runtime.toolchain, *extra)))
+
+
+def _files(trace: Trace, head: str) -> Files:
+    tree = trace.commit(head).tree
+    rules = IgnoreRules(trace.repo, tree)
+
+    def obj(path: str) -> pygit2.Object | None:
+        return tree if not path else trace.entry(tree, path)
+
+    def read(path: str) -> bytes | None:
+        o = obj(path)
+        return o.read_raw() if o is not None and o.type == pygit2.enums.ObjectType.BLOB \
+            else None
+
+    def listdir(path: str) -> list[str]:
+        o = obj(path)
+        return [e.name for e in o if e.name] if isinstance(o, pygit2.Tree) else []
+
+    return Files(read, listdir, rules.ignored)
+
+
+def _plan(trace: Trace, head: str, environment: Environment, toolchain: tuple[Path, ...]
+          ) -> tuple[list[Step], list[str], str]:
+    """The steps, the notes and the cache key (blocking: reads the trace)."""
+    files = _files(trace, head)
+    notes: list[str] = []
+    if environment.setup is not None:
+        steps = [Step("custom", environment.setup)]
+    elif environment.detect:
+        steps, notes = detect(files, toolchain)
+    else:
+        steps = []
+    digest = hashlib.sha256(json.dumps({
+        "format": _FORMAT,
+        "steps": [dataclasses.astuple(s) for s in steps],
+        "toolchain": [str(t) for t in toolchain],
+        "tools": {n: str(tool(n, toolchain)) for n in ("python3", "node", "npm", "go",
+                                                         "cargo")},
+        "files": {p: hashlib.sha256(d).hexdigest() if (d := files.read(p)) is not None
+                  else None for p in key_files(files)},
+    }, sort_keys=True, default=str).encode())
+    return steps, notes, digest.hexdigest()[:20]
+
+
+async def prepare(coord: Coordinator, environment: Environment,
+                  progress: Callable[[str], None] | None = None) -> PreparedEnvironment:
+    """See `Coordinator.prepare`."""
+    say = progress or (lambda _text: None)
+    given = []
+    for t in environment.toolchain:
+        path = Path(t).resolve()
+        if not path.is_dir():
+            raise CorralError(f"toolchain directory {t} does not exist")
+        given.append(path)
+    toolchain = tuple(dict.fromkeys((*coord.toolchain, *given)))
+    root = coord.root
+    steps, notes, key = await coord.io(_plan, coord.trace, root.head, environment, toolchain)
+    for note in notes:
+        say(f"note: {note}")
+    toolchain = tuple(dict.fromkeys((*toolchain, *(t for s in steps for t in s.toolchain))))
+    coord.toolchain = toolchain
+    if not steps:
+        return PreparedEnvironment("none", "none", 0.0, toolchain=toolchain, notes=tuple(notes))
+    recipe = "+".join(s.name for s in steps)
+    started = time.monotonic()
+    state_file = coord.state / "environment.json"
+    saved = await asyncio.to_thread(_load, state_file)
+    entry = _cache_root(environment.cache) / key
+    if saved is not None and saved.key == key:
+        coord.runtime.command_env = dict(saved.env)
+        return PreparedEnvironment(recipe, "state", time.monotonic() - started, key,
+                                   entry / "setup.log", dict(saved.env), toolchain,
+                                   tuple(notes))
+    await asyncio.to_thread(entry.mkdir, parents=True, exist_ok=True)
+    lock = await asyncio.to_thread(_lock, entry / "lock")  # one build per key at a time
+    try:
+        if (entry / "env.tar").exists() and (entry / "env.json").exists():
+            say(f"environment ({recipe}): from the cache {entry}")
+            outcome = await _unpack(coord, entry, toolchain)
+            source: Source = "cache"
+        else:
+            say(f"environment ({recipe}): setting it up, once (network on; output in "
+                f"{entry / 'setup.log'})")
+            outcome = await _build(coord, steps, recipe, toolchain, entry, environment)
+            source = "built"
+    finally:
+        os.close(lock)
+    env = _command_env(steps, outcome.ignored)
+    seconds = time.monotonic() - started
+    record = _Saved(key=key, recipe=recipe, env=env, toolchain=[str(t) for t in toolchain],
+                    seconds=round(seconds, 3))
+    await asyncio.to_thread(_write, state_file, record.model_dump_json().encode())
+    coord.runtime.command_env = env
+    say(f"environment ({recipe}): ready in {seconds:.1f}s"
+        + (" (from the cache)" if source == "cache" else ""))
+    return PreparedEnvironment(recipe, source, seconds, key, entry / "setup.log", env,
+                               toolchain, tuple(notes))
+
+
+def _command_env(steps: Sequence[Step], written: Sequence[str]) -> dict[str, str]:
+    """The variables of every later command: the steps' own; for a custom setup, those of
+    the virtualenv or node_modules it left (found in what it wrote)."""
+    pairs = [kv for s in steps for kv in s.env]
+    if any(s.name == "custom" for s in steps):
+        paths = set(written)
+        for venv in (".venv", "venv", ".cache/corral-venv"):
+            if f"{venv}/bin/python" in paths:
+                where = f"{REPO_PATH}/{venv}"
+                pairs += [("PATH", f"{where}/bin"), ("VIRTUAL_ENV", where)]
+                break
+        if any(p.startswith("node_modules/.bin/") for p in paths):
+            pairs.append(("PATH", f"{REPO_PATH}/node_modules/.bin"))
+    env: dict[str, str] = {}
+    for k, v in pairs:
+        env[k] = f"{env[k]}:{v}" if k == "PATH" and k in env else v
+    return env
+
+
+# -- building and unpacking --------------------------------------------------------------
+
+async def _run_in_root(coord: Coordinator, argv: list[str], *, toolchain: Sequence[Path],
+                       network: bool, env: dict[str, str], timeout: float, what: str,
+                       log_path: Path) -> ExecOutcome:
+    """Run `argv` in the root scope (limits raised for a setup), its output written to
+    `log_path`. Raises SetupFailed, after rewinding root, when it fails, is blocked or
+    changes a tracked file."""
+    root = coord.root
+    before_tools, before_limits = coord.toolchain, coord.exec_limits
+    coord.toolchain = tuple(toolchain)
+    coord.exec_limits = dataclasses.replace(
+        before_limits, timeout_max=max(before_limits.timeout_max, timeout),
+        tmp=max(before_limits.tmp, _SETUP_TMP))
+    head = root.head
+    try:
+        result = await root.exec(argv, timeout=timeout, network=network, env=env)
+    except CorralError as e:
+        raise SetupFailed(f"{what} could not run: {e}", cause=e) from e
+    finally:
+        coord.toolchain, coord.exec_limits = before_tools, before_limits
+    outcome = result.outcome
+    if not result.ok or not isinstance(outcome, ExecOutcome):
+        raise SetupFailed(f"{what} was blocked: {result.reason or 'by the supervisor'}")
+    output = coord.trace.blob(outcome.stdout) + coord.trace.blob(outcome.stderr)
+    await asyncio.to_thread(_write, log_path, output)
+    failure = None
+    if outcome.timed_out:
+        failure = f"{what} timed out after {timeout:g}s"
+    elif outcome.returncode != 0:
+        last = next((ln for ln in reversed(output.decode("utf-8", "replace").splitlines())
+                     if ln.strip()), "")
+        failure = f"{what} failed (exit {outcome.returncode}{': ' + last[:200] if last else ''})"
+    elif outcome.changes:
+        shown = ", ".join(c.path for c in outcome.changes[:5])
+        failure = (f"{what} changed files the repository tracks ({shown}"
+                   f"{', ...' if len(outcome.changes) > 5 else ''}): a setup may write only "
+                   "files it ignores (add them to .gitignore)")
+    if failure is not None:
+        if root.head != head:  # what it left goes, so a later run starts clean
+            await root.rewind(to=head, cause=result.effect.id)
+        raise SetupFailed(f"{failure}; its output is in {log_path} (skip the setup with "
+                          "--no-setup, or give your own with --setup CMD)", log=log_path)
+    return outcome
+
+
+async def _build(coord: Coordinator, steps: Sequence[Step], recipe: str,
+                 toolchain: tuple[Path, ...], entry: Path,
+                 environment: Environment) -> ExecOutcome:
+    script = "exec 2>&1\nset -e\n" + "".join(
+        f"echo '# corral setup: {s.name}'\n(\n{s.script}\n)\n" for s in steps)
+    passed = registry_env()
+    shown = (*toolchain, *(d for d in registry_dirs(passed) if d not in toolchain))
+    env = {**default_env(toolchain), **passed,
+           **{k: v for s in steps for k, v in s.setup_env}}
+    outcome = await _run_in_root(
+        coord, ["bash", "-c", script], toolchain=shown, network=True, env=env,
+        timeout=environment.timeout, what=f"the project's setup ({recipe})",
+        log_path=entry / "setup.log")
+    files = await coord.io(load_ignored, coord.trace, outcome.ignored_files)
+    await coord.io(_pack, coord.trace, files, entry / "env.tar")
+    await asyncio.to_thread(_write, entry / "env.json", json.dumps({
+        "format": _FORMAT, "recipe": recipe, "files": len(files),
+        "prepared_s": round(outcome.duration_s, 2)}).encode())
+    return outcome
+
+
+def _pack(trace: Trace, files: Sequence[FileChange], dest: Path) -> None:
+    """A tar of the files a setup wrote, from their blobs in the trace (never from the
+    workspace: the coordinator does not follow what a command left)."""
+    part = dest.with_suffix(".tar.part")
+    with tarfile.open(part, "w") as tar:
+        for c in files:
+            if c.blob is None:
+                continue
+            data = trace.blob(c.blob)
+            info = tarfile.TarInfo(c.path)
+            if c.mode == 0o120000:
+                info.type, info.linkname = tarfile.SYMTYPE, data.decode("utf-8",
+                                                                        "surrogateescape")
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o755 if c.mode == 0o100755 else 0o644
+                tar.addfile(info, io.BytesIO(data))
+    os.replace(part, dest)
+
+
+async def _unpack(coord: Coordinator, entry: Path, toolchain: tuple[Path, ...]
+                  ) -> ExecOutcome:
+    # The sandbox user must reach the tar: a fresh directory others may enter, outside
+    # the cache (under a home it could not) and outside /tmp (the sandbox's own there).
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    shown = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="corral-env-", dir=base))
+    try:
+        os.chmod(shown, 0o755)
+        await asyncio.to_thread(_share, entry / "env.tar", shown / "env.tar")
+        return await _run_in_root(
+            coord, ["tar", "-xf", str(shown / "env.tar"), "--no-same-owner", "-C", REPO_PATH],
+            toolchain=(*toolchain, shown), network=False, env=default_env(toolchain),
+            timeout=coord.exec_limits.timeout_max,
+            what=f"unpacking the cached environment {entry} (delete it to build it again)",
+            log_path=entry / "unpack.log")
+    finally:
+        await asyncio.to_thread(_remove, shown)
+
+
+# -- small file helpers ---------------------------------------------------------------
+
+def _load(path: Path) -> _Saved | None:
+    try:
+        return _Saved.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(data)
+    os.replace(part, path)
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _share(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(src, dst)
+    os.chmod(dst, 0o644)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,177 @@
+"""The runtime: what every scope of one coordinator shares, handed to each scope.
+
+A scope, its effect path, a policy's `View`, the live (FUSE) glue and the
+metrics work from this object, never from the `Coordinator`: the trace, the
+policy chain, the event bus, the metrics, the thread adapter for blocking
+work, the intents pending a decision, the waiters for a scope to settle, the
+scope registry and the settings of commands and decisions. The coordinator
+builds it, owns its lifecycle (open, close) and keeps the registry in it.
+
+The settings are one frozen `Settings` value (`settings`), the one the state
+records; `exec_limits`, `toolchain`, `live_timeout` and `defer_timeout` read it.
+Assigning them still works (it replaces `settings` in memory, for this run only,
+unrecorded); what issue 24 leaves is to make those setters go, so the runtime
+holds live state only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from sandboxes import Limits
+
+from ..policies._chain import PolicyChain
+from ..policies._settings import DEFER_TIMEOUT_S, LIVE_TIMEOUT_S, Settings
+from ..records._effects import Effect
+from ..records._errors import CorralError
+from ..records._events import EventBus
+from ..store._trace import Trace
+from ._metrics import Layered, Metrics
+from ._registry import Registered, ScopeRegistry
+
+__all__ = ["DEFER_TIMEOUT_S", "LIVE_TIMEOUT_S", "Runtime", "Settled"]
+
+T = TypeVar("T")
+
+
+class Shared(Registered, Layered, Protocol):
+    """What the runtime itself needs of its scopes: registry and metrics fields."""
+
+
+S = TypeVar("S", bound=Shared)
+
+Settled = Literal["merged", "discarded", "gone", "timeout"]
+
+
+class Runtime(Generic[S]):
+    """The shared state of one open coordinator (see the module docstring); `S` is
+    the type of its scopes (`Scope`: generic so this module need not import it)."""
+
+    def __init__(self, state: Path, trace: Trace, chain: PolicyChain, backend: str,
+                 settings: Settings | None = None) -> None:
+        self.state = state
+        self.trace = trace
+        self.chain = chain
+        self.backend = backend
+        """The sandbox backend's name (recorded in forks)."""
+        self.events = EventBus()
+        self.metrics = Metrics()
+        self.scopes: ScopeRegistry[S] = ScopeRegistry()
+        self.pending: dict[str, Effect] = {}
+        """Intents proposed and not yet decided or recorded, in every scope, by id."""
+        # pygit2, file copies and mount calls block: they run on these threads.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="corral-io")
+        self.open = True
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop the coordinator runs on: fuse workspaces hand it their decisions."""
+        self.loop_thread: int | None = None
+        """Its thread's kernel id: a fuse call from it must not wait for the loop."""
+        self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
+        self.settings = settings if settings is not None else Settings()
+        """What this coordinator enforces (the state's recorded settings)."""
+        self.command_env: dict[str, str] = {}
+        """Variables of the prepared project environment (`Coordinator.prepare`) every
+        command run without an env of its own gets; its PATH goes before the default."""
+
+    @property
+    def live_timeout(self) -> float:
+        """Seconds the policy chain has to decide on a live call in a fuse workspace
+        before the call is denied (and the denial recorded)."""
+        return self.settings.live_timeout
+
+    @live_timeout.setter
+    def live_timeout(self, value: float) -> None:
+        self.settings = self.settings.model_copy(update={"live_timeout": value})
+
+    @property
+    def defer_timeout(self) -> float:
+        """Seconds a deferred intent waits for the scope it waits on to merge
+        (or be discarded) before it is blocked."""
+        return self.settings.defer_timeout
+
+    @defer_timeout.setter
+    def defer_timeout(self, value: float) -> None:
+        self.settings = self.settings.model_copy(update={"defer_timeout": value})
+
+    @property
+    def exec_limits(self) -> Limits:
+        """What one command may use (processes, memory, output, file and layer
+        size, the longest timeout)."""
+        return self.settings.exec_limits
+
+    @exec_limits.setter
+    def exec_limits(self, value: Limits) -> None:
+        self.settings = self.settings.model_copy(update={"exec_limits": value})
+
+    @property
+    def toolchain(self) -> tuple[Path, ...]:
+        """Host directories a command sees read-only (their bin/ first on its PATH)."""
+        return self.settings.toolchain
+
+    @toolchain.setter
+    def toolchain(self, value: tuple[Path, ...]) -> None:
+        self.settings = self.settings.model_copy(update={"toolchain": tuple(value)})
+
+    def bind_loop(self) -> None:
+        """Remember the running loop (and its thread) as the coordinator's."""
+        self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_native_id()
+
+    # -- blocking work --------------------------------------------------------------
+
+    async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking work (git, files, mounts) on the coordinator's threads."""
+        if not self.open:
+            raise CorralError("the coordinator is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._job, partial(fn, *args, **kwargs))
+
+    def _job(self, fn: Callable[[], T]) -> T:
+        self.trace.renew_handle()  # between jobs, an io thread holds no git object
+        try:
+            return fn()
+        finally:
+            self.trace.idle()
+
+    def stop_io(self) -> None:
+        """Stop the io threads (after the last job): `io` refuses work from now on."""
+        self.open = False
+        self._pool.shutdown(wait=True)
+
+    # -- settling: a scope merged somewhere or discarded ----------------------------
+
+    async def until_settled(self, name: str, timeout: float | None) -> Settled:
+        """Wait until scope `name` is merged into another scope or discarded.
+        Returns how it ended: "merged", "discarded", "gone" (no such scope:
+        nothing to wait for) or "timeout"."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return "gone"
+        if scope.discarded:
+            return "discarded"
+        waiter: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        self._settle_waiters.setdefault(name, []).append(waiter)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return "timeout"
+        finally:
+            waiters = self._settle_waiters.get(name, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+
+    def settled(self, name: str, how: Settled) -> None:
+        """Scope `name` was merged somewhere or discarded: wake who waits on it."""
+        for waiter in self._settle_waiters.pop(name, []):
+            if not waiter.done():
+                waiter.set_result(how)
+
+    def count_scopes(self) -> None:
+        """Bring the live-scopes gauge up to date (after a fork or a discard)."""
+        self.metrics.scope_count(self.scopes)

@@ -1,0 +1,447 @@
+"""Three-way merge of two scope heads, with cost that follows the change.
+
+pygit2's `merge_trees` indexes the whole tree (~20 ms at 30k files); here the
+merge works from the two diffs against the merge base instead: a path changed
+on one side only is taken as it is, a path changed on both goes through a
+three-way file merge. Conflicts come back as data.
+
+Which file merge: with strategy "fail", libgit2's (in process, diff3 markers
+parsed into hunks). Its verdicts agree with git's on every CooperBench gold pair
+and nearly always on generated ones, but not always: Myers (libgit2) and
+histogram (git's merge) can align repeated lines differently, and one may find
+two separate changes where the other finds one clash (a known gap, pinned by
+tests/coordinator/test_merge_favors.py's strict xfail). With a
+favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
+cannot give git's: it diffs with Myers where git's default merge (ort) uses
+histogram, which places some hunks differently. So those files go, all in one
+run, through git's own merge (`_favor.histogram_merge`). Before any line
+merge, `_favor.settle` settles what git settles by type, mode and the
+merge driver ours' `.gitattributes` name.
+"""
+
+from __future__ import annotations
+
+import pygit2
+from pygit2 import C, ffi
+from pygit2.errors import check_error
+
+from ..records._effects import MergeStrategy
+from ..records._merges import Conflict, ConflictKind, Hunk, MergeResult, Resolver
+from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
+from ._gitnames import entry
+from ._trace import Trace
+
+__all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "merge_texts",
+           "three_way"]
+
+_FAVOR = {
+    "fail": C.GIT_MERGE_FILE_FAVOR_NORMAL,
+    "ours": C.GIT_MERGE_FILE_FAVOR_OURS,
+    "theirs": C.GIT_MERGE_FILE_FAVOR_THEIRS,
+    "union": C.GIT_MERGE_FILE_FAVOR_UNION,
+}
+
+
+class _FileMerge:
+    __slots__ = ("automergeable", "contents", "mode")
+
+    def __init__(self, automergeable: bool, contents: bytes, mode: int) -> None:
+        self.automergeable = automergeable
+        self.contents = contents
+        self.mode = mode
+
+
+def merge_file(
+    repo: pygit2.Repository,
+    path: str,
+    ancestor: tuple[str, int] | None,
+    ours: tuple[str, int],
+    theirs: tuple[str, int],
+    strategy: MergeStrategy = "fail",
+) -> _FileMerge:
+    """libgit2's three-way file merge (Myers diff) with a favor: diff3-style
+    markers for "fail" (the hunks carry the ancestor's lines), merge style for
+    a favor, as git's own drivers (diff3 style stops xdiff from trimming the
+    lines both sides share at a conflict's edges before it takes a side).
+    pygit2's binding exposes neither option, so this calls it through cffi."""
+    opts = ffi.new("git_merge_file_options *")
+    opts.version = 1  # zero-filled by cffi: default labels and marker size
+    opts.favor = _FAVOR[strategy]
+    opts.flags = (
+        C.GIT_MERGE_FILE_STYLE_DIFF3 if strategy == "fail" else C.GIT_MERGE_FILE_STYLE_MERGE
+    )
+    keep = []
+
+    def entry(side: tuple[str, int] | None) -> object:
+        if side is None:
+            return ffi.NULL
+        mode = pygit2.enums.FileMode(side[1])
+        centry, ref = pygit2.IndexEntry(path, pygit2.Oid(hex=side[0]), mode)._to_c()
+        keep.append(ref)
+        return centry
+
+    result = ffi.new("git_merge_file_result *")
+    err = C.git_merge_file_from_index(
+        result, repo._repo, entry(ancestor), entry(ours), entry(theirs), opts
+    )
+    check_error(err)
+    try:
+        contents = bytes(ffi.buffer(result.ptr, result.len)) if result.ptr != ffi.NULL else b""
+        return _FileMerge(bool(result.automergeable), contents, int(result.mode))
+    finally:
+        C.git_merge_file_result_free(result)
+
+
+class _Texts(pygit2.OdbBackend):
+    """Objects in memory only: the three texts of one `merge_texts`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[str, tuple[int, bytes]] = {}
+
+    def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        return self.objects[str(oid)]
+
+    def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
+        type_, data = self.objects[str(oid)]
+        return type_, len(data)
+
+    def exists_cb(self, oid: pygit2.Oid) -> bool:
+        return str(oid) in self.objects
+
+    def write_cb(self, oid: pygit2.Oid, data: bytes, type_: int) -> None:
+        self.objects[str(oid)] = (type_, data)
+
+    def refresh_cb(self) -> None:
+        pass
+
+
+def merge_texts(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
+    """`git merge-file -p ours base theirs` in process: the merged text, or None
+    when it conflicts. Both are xdiff's merge with Myers diffs; git's level
+    (ZEALOUS_ALNUM) only joins conflicts libgit2's (ZEALOUS) keeps apart, so the
+    verdict and a clean text are the same (tests/coordinator/test_merge_texts.py).
+    A process, three temp files and git's start cost ~3 ms; this, ~1 ms for
+    100 KB texts."""
+    odb = pygit2.Odb()
+    odb.add_backend(_Texts(), 1)
+    repo = pygit2.Repository()
+    repo.set_odb(odb)
+    ids = [(str(odb.write(pygit2.enums.ObjectType.BLOB, t)), 0o100644)
+           for t in (base, ours, theirs)]
+    merged = merge_file(repo, "file", ids[0], ids[1], ids[2])
+    return merged.contents if merged.automergeable else None
+
+
+def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:
+    """Conflict regions from diff3-style marker text, with our line numbers."""
+    hunks: list[Hunk] = []
+    ours_line = 1
+    state = "text"
+    ours: list[str] = []
+    base: list[str] = []
+    theirs: list[str] = []
+    start = 1
+    for raw in merged.decode("utf-8", "replace").splitlines():
+        if state == "text":
+            if raw.startswith("<<<<<<<"):
+                state, start, ours, base, theirs = "ours", ours_line, [], [], []
+            else:
+                ours_line += 1
+        elif state == "ours":
+            if raw.startswith("|||||||"):
+                state = "base"
+            elif raw.startswith("======="):
+                state = "theirs"
+            else:
+                ours.append(raw)
+        elif state == "base":
+            if raw.startswith("======="):
+                state = "theirs"
+            else:
+                base.append(raw)
+        elif state == "theirs":
+            if raw.startswith(">>>>>>>"):
+                hunks.append(Hunk(start, tuple(ours), tuple(base), tuple(theirs)))
+                ours_line += len(ours)
+                state = "text"
+            else:
+                theirs.append(raw)
+    return tuple(hunks)
+
+
+def three_way(
+    trace: Trace,
+    base_commit: str,
+    ours_commit: str,
+    theirs_commit: str,
+    strategy: MergeStrategy = "fail",
+    resolver: Resolver | None = None,
+    *,
+    provenance: bool = True,
+    only: frozenset[str] | None = None,
+) -> MergeResult:
+    """Merge `theirs_commit` into `ours_commit` over `base_commit`.
+
+    Returns a MergeResult whose `tree` is None when a conflict remains (strategy
+    "fail" and no resolver, or what git leaves conflicting under a favor:
+    symlinks under "union", a file against a symlink or submodule, binary files
+    under "union"). `only` restricts the content merge to some paths (the
+    conflict guard's per-write check). Nothing is written but blobs and trees.
+    """
+    merge = _ThreeWay(trace, base_commit, ours_commit, theirs_commit, strategy, provenance, only)
+    merge.renames()
+    merge.paths()
+    merge.favored_texts()
+    if resolver is not None:
+        merge.resolve(resolver)
+    return merge.result()
+
+
+_Pending = tuple[str, TextMerge, Side | None, Side, Side, tuple[str, str]]
+"""A favored text merge left for the one git run: (path, merge, ancestor,
+ours, theirs, where each side wrote it)."""
+
+
+class _ThreeWay:
+    """One three-way merge: the trees, the two diffs against the base, and what
+    the merge found so far (`changes` to our tree, `conflicts`)."""
+
+    def __init__(self, trace: Trace, base_commit: str, ours_commit: str, theirs_commit: str,
+                 strategy: MergeStrategy, provenance: bool, only: frozenset[str] | None) -> None:
+        self.trace, self.strategy, self.provenance = trace, strategy, provenance
+        self.base_commit, self.ours_commit, self.theirs_commit = (
+            base_commit, ours_commit, theirs_commit)
+        self.base_tree = trace.commit_tree(base_commit)
+        self.ours_tree = trace.commit_tree(ours_commit)
+        self.theirs_tree = trace.commit_tree(theirs_commit)
+        self.d_ours = trace.diff_trees(self.base_tree, self.ours_tree)
+        self.d_theirs = trace.diff_trees(self.base_tree, self.theirs_tree)
+        if only is not None:
+            self.d_theirs = {p: v for p, v in self.d_theirs.items() if p in only}
+        self.base_t, self.ours_t = trace.tree(self.base_tree), trace.tree(self.ours_tree)
+        self.changes: dict[str, Side | None] = {}
+        self.conflicts: list[Conflict] = []
+        self.pending: list[_Pending] = []
+        self.done: set[str] = set()
+
+    def conflict(self, path: str, kind: ConflictKind, anc: Side | None, o: Side | None,
+                 t: Side | None, at: tuple[str, str] | None = None,
+                 hunks: tuple[Hunk, ...] = ()) -> None:
+        """Record a conflict at `path`; `at` is where our and their side last
+        wrote it (default `path`: they differ across a rename)."""
+        ours_at, theirs_at = at or (path, path)
+        writer = self.trace.last_writer
+        self.conflicts.append(Conflict(
+            path=path, kind=kind, ancestor=anc[0] if anc else None,
+            ours=o[0] if o else None, theirs=t[0] if t else None, hunks=hunks,
+            ours_commit=writer(self.ours_commit, self.base_commit, ours_at)
+            if self.provenance else None,
+            theirs_commit=writer(self.theirs_commit, self.base_commit, theirs_at)
+            if self.provenance else None,
+        ))
+
+    def take(self, path: str, merged: Side | None) -> None:
+        """`merged` at `path`, unless our tree already holds it."""
+        mine = self.d_ours[path] if path in self.d_ours else _side(self.ours_t, path)
+        if merged != mine:
+            self.changes[path] = merged
+        else:
+            self.changes.pop(path, None)
+
+    def content(self, out: str, anc: Side | None, o: Side, t: Side,
+                at: tuple[str, str]) -> None:
+        """A file both sides changed, to `out`: settled as git settles it (see
+        `_favor.settle`), merged line by line in process for "fail", or left
+        for the favored merges' one git run."""
+        driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, out)
+        settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
+        if isinstance(settled, str):
+            self.conflict(out, settled, anc, o, t, at)
+        elif isinstance(settled, tuple):
+            self.take(out, settled)
+        elif settled.variant != "fail":
+            self.pending.append((out, settled, anc, o, t, at))
+        else:
+            self.line_merge(out, settled, anc, o, t, at)
+
+    def line_merge(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
+                   at: tuple[str, str]) -> None:
+        """libgit2's merge of a text file (strategy "fail"): the merged text,
+        or the conflict with its hunks."""
+        merged = merge_file(self.trace.repo, out, how.ancestor, o, t, "fail")
+        if not merged.automergeable:
+            hunks = parse_hunks(merged.contents)
+            kind: ConflictKind = "content" if anc is not None else "add/add"
+            self.conflict(out, "binary" if not hunks and not merged.contents else kind,
+                          anc, o, t, at, hunks)
+        elif not how.mode_clean:
+            self.conflict(out, "mode", anc, o, t, at)
+        else:
+            self.take(out, (self.trace.write_blob(merged.contents), how.mode))
+
+    def favored_texts(self) -> None:
+        """The favored text merges, one git run per variant (almost always one)."""
+        variants: tuple[Variant, ...] = ("union", "ours", "theirs")
+        for variant in variants:
+            todo = [p for p in self.pending if p[1].variant == variant]
+            if not todo:
+                continue
+            texts = [how.texts for _, how, *_ in todo]
+            for (out, how, anc, o, t, at), data in zip(
+                    todo, histogram_merge(texts, variant), strict=True):
+                if how.mode_clean:
+                    self.take(out, (self.trace.write_blob(data), how.mode))
+                else:
+                    self.conflict(out, "mode", anc, o, t, at)
+
+    def renames(self) -> None:
+        """A file one side renamed and the other edited in place: the edit
+        follows the file to its new name, as in git (whose rename detection
+        this uses). Renamed on one side and deleted on the other: a conflict
+        at the new name; renamed to two different names: a conflict at all
+        three (or, with a favor, the favored names)."""
+        d_ours, d_theirs = self.d_ours, self.d_theirs
+        ours_moves = _renames(self.trace, self.base_tree, self.ours_tree, d_ours, d_theirs)
+        theirs_moves = _renames(self.trace, self.base_tree, self.theirs_tree, d_theirs, d_ours)
+        for old in ours_moves.keys() & theirs_moves.keys():
+            self.renamed_twice(old, ours_moves.pop(old), theirs_moves.pop(old))
+        for old, new in ours_moves.items():
+            o, t = d_ours[new], d_theirs[old]
+            assert o is not None
+            self.done.add(old)  # stays deleted: ours moved it
+            if t is not None:
+                self.content(new, _side(self.base_t, old), o, t, (new, old))
+            elif self.strategy == "fail":
+                self.conflict(new, "modify/delete", _side(self.base_t, old), o, None, (new, old))
+            elif self.strategy == "theirs":
+                self.changes[new] = None
+        for old, new in theirs_moves.items():
+            o, t = d_ours[old], d_theirs[new]
+            assert t is not None
+            self.done.update((old, new))
+            if o is not None:
+                self.content(new, _side(self.base_t, old), o, t, (old, new))
+                self.changes[old] = None
+            elif self.strategy == "fail":
+                self.conflict(new, "modify/delete", _side(self.base_t, old), None, t, (old, new))
+            elif self.strategy in ("theirs", "union"):
+                self.changes[new] = t
+
+    def renamed_twice(self, old: str, new_o: str, new_t: str) -> None:
+        o, t = self.d_ours[new_o], self.d_theirs[new_t]
+        self.done.update((old, new_t))
+        if self.strategy == "fail":
+            anc = _side(self.base_t, old)
+            for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
+                self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
+        elif self.strategy == "theirs":
+            self.changes[new_o], self.changes[new_t] = None, t
+        elif self.strategy == "union":
+            self.changes[new_t] = t
+
+    def paths(self) -> None:
+        """Every other path their side changed."""
+        for path, t in sorted(self.d_theirs.items()):
+            if path in self.done:
+                continue
+            if path not in self.d_ours:
+                if t is not None and _blocked_by_file_or_dir(self.ours_t, path):
+                    self.conflict(path, "file/directory", _side(self.base_t, path),
+                                  _side(self.ours_t, path), t)
+                else:
+                    self.changes[path] = t
+                continue
+            o = self.d_ours[path]
+            if o == t:
+                continue
+            if o is not None and t is not None:
+                self.content(path, _side(self.base_t, path), o, t, (path, path))
+            elif self.strategy == "fail":
+                self.conflict(path, "modify/delete", _side(self.base_t, path), o, t)
+            else:
+                pick = {"ours": o, "theirs": t, "union": o if o is not None else t}[self.strategy]
+                if pick != o:
+                    self.changes[path] = pick
+
+    def resolve(self, resolver: Resolver) -> None:
+        """Each conflict through `resolver`; those it cannot settle remain."""
+        unresolved = []
+        for c in self.conflicts:
+            blob = self.trace.blob
+            contents = [blob(b) if b else None for b in (c.ancestor, c.ours, c.theirs)]
+            resolved = resolver(c, *contents)
+            if resolved is None and c.ours is None and c.theirs is None:
+                unresolved.append(c)
+                continue
+            mode = (_side(self.ours_t, c.path) or (None, 0o100644))[1]
+            self.changes[c.path] = (
+                (self.trace.write_blob(resolved), mode) if resolved is not None else None)
+        self.conflicts = unresolved
+
+    def result(self) -> MergeResult:
+        if self.conflicts:
+            return MergeResult(base=self.base_commit, tree=None,
+                               conflicts=tuple(self.conflicts), changes=self.changes)
+        tree = (self.trace.build_tree(self.ours_tree, self.changes)
+                if self.changes else self.ours_tree)
+        return MergeResult(base=self.base_commit, tree=tree, changes=self.changes)
+
+
+def _side(tree: pygit2.Tree, path: str) -> Side | None:
+    """(blob id, mode) of the file at `path`; None for none (or a directory)."""
+    e = entry(tree, path)
+    if e is None:
+        return None
+    return (str(e.id), e.filemode) if e.filemode != 0o040000 else None
+
+
+def _renames(
+    trace: Trace,
+    base_tree: str,
+    side_tree: str,
+    d_side: dict[str, tuple[str, int] | None],
+    d_other: dict[str, tuple[str, int] | None],
+) -> dict[str, str]:
+    """Files `side` renamed (old path -> new path) that the other side changed
+    (edited or deleted) at the old path and did not touch at the new one. Looked
+    for only when there is such a file, so a merge without one pays nothing;
+    found with libgit2's rename detection (git's default: 50 % similar).
+
+    Renames pair files deleted with files added, nothing else, so the
+    detection runs on two small trees holding just those (cost follows the
+    change, not the ~20 ms of a whole-tree diff at 16k files)."""
+    candidates = {p for p, v in d_side.items() if v is None and p in d_other}
+    if not candidates or not any(v is not None and p not in d_other for p, v in d_side.items()):
+        return {}
+    base = trace.tree(base_tree)
+    gone: dict[str, tuple[str, int] | None] = {}
+    for p, v in d_side.items():
+        if v is None and (was := _side(base, p)) is not None:
+            gone[p] = was
+    added = {p: v for p, v in d_side.items() if v is not None and _side(base, p) is None}
+    old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
+    diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
+    diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
+    out: dict[str, str] = {}
+    for delta in diff.deltas:
+        old, new = delta.old_file.path, delta.new_file.path
+        if delta.status_char() == "R" and old in candidates and new not in d_other:
+            out[old] = new
+    return out
+
+
+def _blocked_by_file_or_dir(ours: pygit2.Tree, path: str) -> bool:
+    """True when adding file `path` would clobber our file at a parent path, or
+    our directory at `path` (a file/directory conflict)."""
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        try:
+            if ours["/".join(parts[:i])].filemode != 0o040000:
+                return True
+        except KeyError:
+            return False
+    try:
+        return ours[path].filemode == 0o040000
+    except KeyError:
+        return False
