@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from coordinator import Coordinator, PatchError, Result, Scope
-from coordinator._merge import merge_texts
+from coordinator.store import merge_texts
 
 from ._dataset import Feature
 from ._patches import apply_hunk_exact, hunk_delta, shift_hunk, split_diff

@@ -31,7 +31,7 @@ from typing import Any
 import pygit2
 
 from coordinator import Coordinator, ExecOutcome, Policy, Scope, View
-from coordinator._ignore import IgnoreRules
+from coordinator.store import IgnoreRules
 
 from ._dataset import Task
 from ._env import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported, _locked, recipe
