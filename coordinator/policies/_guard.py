@@ -19,11 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-import pygit2
-
 from ..records._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
 from ..store._favor import merge_driver
 from ..store._merge import merge_file, parse_hunks
+from ..store._reads import file_at
 from ._chain import View
 
 if TYPE_CHECKING:
@@ -160,11 +159,7 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
     base_t = trace.tree_of(base)
     theirs_t = trace.tree_of(theirs_head)
 
-    def side(tree: pygit2.Tree) -> tuple[str, int] | None:
-        e = trace.entry(tree, path)
-        return (str(e.id), e.filemode) if e is not None and e.filemode != 0o040000 else None
-
-    anc, t = side(base_t), side(theirs_t)
+    anc, t = file_at(base_t, path), file_at(theirs_t, path)
     if t == anc:
         return ""  # they have not touched this file
     o = (change.blob, change.mode) if change.blob else None

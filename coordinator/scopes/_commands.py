@@ -8,8 +8,6 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import pygit2
-
 from sandboxes import (
     ChangesTooLarge,
     ExecResult,
@@ -23,51 +21,14 @@ from ..records._effects import Exec, ExecOutcome, FileChange
 from ..records._errors import ExecError, PathError, SandboxFailure
 from ..records._paths import check_path
 from ..store._ignore import split_ignored, store_ignored
+from ..store._reads import HeadTree
 from ._effect_path import INLINE_BYTES, ActInput, Done, Refused
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
     from ..store._trace import Trace
 
-__all__ = ["HeadTree", "exec_intent", "run_command"]
-
-
-class HeadTree:
-    """A trace tree as the sandboxes' BaseTree: what a run compares a changed
-    file with, by blob id, instead of reading the workspace's old file.
-
-    Each directory is listed once, by iterating its tree object: no path is
-    handed to pygit2's lookups, which keep every name given (see _gitnames),
-    and a command writing 100k files costs one listing, not 100k lookups.
-    """
-
-    _TREE = 0o040000
-
-    def __init__(self, tree: pygit2.Tree) -> None:
-        self._dirs: dict[str, dict[str, pygit2.Object] | None] = {"": _listing(tree)}
-
-    def entry(self, path: str) -> tuple[int, str] | None:
-        """(git mode, blob id) of the file or symlink at `path`; None when there is none."""
-        parent, _, name = path.rpartition("/")
-        found = self._dir(parent)
-        obj = found.get(name) if found is not None else None
-        if obj is None or obj.filemode == self._TREE:
-            return None
-        return int(obj.filemode), str(obj.id)
-
-    def _dir(self, rel: str) -> dict[str, pygit2.Object] | None:
-        if rel in self._dirs:
-            return self._dirs[rel]
-        parent, _, name = rel.rpartition("/")
-        above = self._dir(parent)
-        obj = above.get(name) if above is not None else None
-        listing = _listing(obj) if isinstance(obj, pygit2.Tree) else None
-        self._dirs[rel] = listing
-        return listing
-
-
-def _listing(tree: pygit2.Tree) -> dict[str, pygit2.Object]:
-    return {obj.name: obj for obj in tree if obj.name is not None}
+__all__ = ["exec_intent", "run_command"]
 
 
 def exec_intent(

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-import pygit2
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandboxes import REPO_PATH, default_env
@@ -44,6 +43,7 @@ from sandboxes import REPO_PATH, default_env
 from ..records._effects import ExecOutcome, FileChange
 from ..records._errors import CorralError
 from ..store._ignore import IgnoreRules, load_ignored
+from ..store._reads import listdir, read_file
 from ._setups import Files, Step, detect, key_files, registry_dirs, registry_env, tool
 
 if TYPE_CHECKING:
@@ -194,19 +194,8 @@ def _files(trace: Trace, head: str) -> Files:
     tree = trace.commit(head).tree
     rules = IgnoreRules(trace.repo, tree)
 
-    def obj(path: str) -> pygit2.Object | None:
-        return tree if not path else trace.entry(tree, path)
-
-    def read(path: str) -> bytes | None:
-        o = obj(path)
-        return o.read_raw() if o is not None and o.type == pygit2.enums.ObjectType.BLOB \
-            else None
-
-    def listdir(path: str) -> list[str]:
-        o = obj(path)
-        return [e.name for e in o if e.name] if isinstance(o, pygit2.Tree) else []
-
-    return Files(read, listdir, rules.ignored)
+    return Files(lambda path: read_file(tree, path), lambda path: listdir(tree, path),
+                 rules.ignored)
 
 
 def _plan(trace: Trace, head: str, environment: Environment, toolchain: tuple[Path, ...]

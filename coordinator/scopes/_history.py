@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pygit2
-
 from sandboxes import Change, apply_changes
 
 from ..records._effects import (
@@ -57,14 +55,13 @@ def rewind_target(
     far as the target (or the fork point): the cost follows the steps rewound,
     not the length of the branch. Raises RewindError, NotFound."""
     check_rewind(to, steps)
-    fork = pygit2.Oid(hex=fork_point)
-    wanted = None if to is None else trace.commit(to).id
+    wanted = None if to is None else str(trace.commit(to).id)
     commit = trace.commit(head)
     taken = 0
     while True:
-        if commit.id == wanted or taken == steps:
+        if str(commit.id) == wanted or taken == steps:
             return str(commit.id)
-        if commit.id == fork or not commit.parent_ids:
+        if str(commit.id) == fork_point or not commit.parent_ids:
             break
         commit = commit.parents[0]
         taken += 1

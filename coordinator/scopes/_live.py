@@ -30,14 +30,12 @@ from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pygit2
-
 from sandboxes import MutationIntent, Workspace, leaves, read_entry_beneath
 
 from ..records._effects import Decision, Effect, FileChange, FsOp, FsOutcome, FsWrite, Intent
 from ..records._events import Event
-from ..store._gitnames import entry
 from ..store._ignore import split_ignored, store_ignored
+from ..store._reads import blob_id, tree_leaves
 from ._effect_path import EffectPath
 
 if TYPE_CHECKING:
@@ -318,7 +316,7 @@ class LiveWrites:
             if not top or top == ".":
                 continue
             now = {rel: st for rel, st in leaves(root, top)}
-            before = dict(_tree_leaves(head, top))
+            before = dict(tree_leaves(head, top))
             for rel in sorted(now.keys() | before.keys()):
                 entry = (read_entry_beneath(root, rel, self._rt.exec_limits.changed_bytes)
                          if rel in now else None)
@@ -328,7 +326,7 @@ class LiveWrites:
                         found[rel] = FileChange(path=rel, blob=None)
                     continue
                 mode, data = entry
-                if old is not None and old == (str(pygit2.hash(data)), mode):
+                if old is not None and old == (blob_id(data), mode):
                     continue
                 found[rel] = FileChange(path=rel, blob=trace.write_blob(data), mode=mode)
         changes = [found[k] for k in sorted(found)]
@@ -336,23 +334,3 @@ class LiveWrites:
         tracked, ignored = split_ignored(trace, head_commit,
                                          [c for c in changes if c not in git_meta])
         return tracked, [c.path for c in (*ignored, *git_meta)], ignored
-
-
-def _tree_leaves(tree: pygit2.Tree, top: str) -> list[tuple[str, tuple[str, int]]]:
-    """(path, (blob id, mode)) of every file at or below `top` in `tree`."""
-    obj = entry(tree, top)
-    if obj is None:
-        return []
-    if obj.filemode != pygit2.enums.FileMode.TREE:
-        return [(top, (str(obj.id), int(obj.filemode)))]
-    out: list[tuple[str, tuple[str, int]]] = []
-    stack: list[tuple[str, pygit2.Tree]] = [(top, obj.peel(pygit2.Tree))]
-    while stack:
-        prefix, sub = stack.pop()
-        for e in sub:
-            rel = f"{prefix}/{e.name}"
-            if e.filemode == pygit2.enums.FileMode.TREE:
-                stack.append((rel, e.peel(pygit2.Tree)))
-            else:
-                out.append((rel, (str(e.id), int(e.filemode))))
-    return out

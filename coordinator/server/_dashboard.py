@@ -13,12 +13,12 @@ import weakref
 from itertools import pairwise
 from typing import Literal
 
-import pygit2
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from ..records._effects import Effect, ExecOutcome, Message, ModelOutcome, ToolOutcome
 from ..records._wire import BadRequest, ScopeOut
+from ..store._reads import diff_blobs, diff_commits, file_at
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry, is_object_id
 from ._auth import Forbidden, Tokens
 from ._hub import HUB
@@ -276,35 +276,15 @@ def tokens_of(trace: Trace, head: str, scope: str) -> TokensOut:
     return TokensOut(calls=calls, prompt=prompt, cached=cached, completion=completion)
 
 
-_STATUS = {
-    pygit2.enums.DeltaStatus.ADDED: "added", pygit2.enums.DeltaStatus.DELETED: "deleted",
-    pygit2.enums.DeltaStatus.MODIFIED: "modified", pygit2.enums.DeltaStatus.RENAMED: "renamed",
-    pygit2.enums.DeltaStatus.TYPECHANGE: "typechange",
-}
-
-
 def diff_of(trace: Trace, commit: str, against: str | None) -> DiffOut:
     """The files `commit` changed against `against` (default: its first parent)."""
     new = trace.commit(commit)
     old = trace.commit(against) if against else (new.parents[0] if new.parent_ids else None)
-    # swap: the diff reads from `old` to `new` (an absent `old` is the empty tree)
-    diff = (new.tree.diff_to_tree(old.tree, swap=True) if old is not None
-            else new.tree.diff_to_tree(swap=True))
-    files: list[DiffFileOut] = []
-    for patch in diff:
-        if patch is None:
-            continue
-        d = patch.delta
-        text = patch.text or ""
-        cut = len(text) > _PATCH_LIMIT
-        _, adds, dels = patch.line_stats
-        files.append(DiffFileOut(
-            path=d.new_file.path or d.old_file.path, status=_STATUS.get(d.status, "modified"),
-            old_blob=None if d.old_file.id.raw == b"\0" * 20 else str(d.old_file.id),
-            new_blob=None if d.new_file.id.raw == b"\0" * 20 else str(d.new_file.id),
-            binary=bool(d.is_binary), additions=adds, deletions=dels,
-            patch=text[:_PATCH_LIMIT], truncated=cut,
-        ))
+    files = [DiffFileOut(
+        path=f.path, status=f.status, old_blob=f.old_blob, new_blob=f.new_blob,
+        binary=f.binary, additions=f.additions, deletions=f.deletions,
+        patch=f.text[:_PATCH_LIMIT], truncated=len(f.text) > _PATCH_LIMIT,
+    ) for f in diff_commits(new, old)]
     return DiffOut(commit=str(new.id), against=str(old.id) if old is not None else None,
                    files=files)
 
@@ -312,19 +292,16 @@ def diff_of(trace: Trace, commit: str, against: str | None) -> DiffOut:
 def proposed_of(trace: Trace, commit: str, path: str, blob: str | None) -> DiffOut:
     """What writing `blob` at `path` (None: deleting it) would change on `commit`'s tree:
     the diff a supervisor reads before approving a write."""
-    tree = trace.commit(commit).tree
-    old = trace.entry(tree, path)
-    old_data = old.data if isinstance(old, pygit2.Blob) else None
-    old_id = str(old.id) if isinstance(old, pygit2.Blob) else None
+    old = file_at(trace.commit(commit).tree, path)
+    old_id = old[0] if old is not None else None
+    old_data = trace.blob(old_id) if old_id is not None else None
     new_data = trace.blob(blob) if blob else None
-    patch = pygit2.Patch.create_from(old_data, new_data, old_as_path=path, new_as_path=path)
-    text = patch.text or ""
-    _, adds, dels = patch.line_stats
+    text, adds, dels, binary = diff_blobs(old_data, new_data, path)
     status = "added" if old_data is None else "deleted" if new_data is None else "modified"
     file = DiffFileOut(
-        path=path, status=status, old_blob=old_id,
-        new_blob=blob, binary=bool(patch.delta.is_binary), additions=adds, deletions=dels,
-        patch=text[:_PATCH_LIMIT], truncated=len(text) > _PATCH_LIMIT)
+        path=path, status=status, old_blob=old_id, new_blob=blob, binary=binary,
+        additions=adds, deletions=dels, patch=text[:_PATCH_LIMIT],
+        truncated=len(text) > _PATCH_LIMIT)
     return DiffOut(commit=str(trace.commit(commit).id), against=None,
                    files=[file] if old_data != new_data else [])
 

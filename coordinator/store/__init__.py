@@ -1,12 +1,14 @@
 """The git store: objects, refs, the journal, packs, merges and patches.
 
-The only part of Corral that speaks git. Everything above it sees commits,
-trees and blobs through `Trace` (and its read side, `TraceReader`); the few
-places pygit2's public API falls short are in `_pygit2`, pinned by a test.
+The only part of Corral that imports pygit2 (tests/coordinator/test_pygit2_seam.py
+checks it). Everything above it sees commits, trees and blobs through `Trace` and
+the plain-value readers of `_reads`; the few places pygit2's public API falls short
+are in `_pygit2`, pinned by that test. Public here: what other packages need.
 """
 
+from ._checkout import Checkout, open_checkout
 from ._ignore import IgnoreRules
 from ._malloc import one_arena
 from ._merge import merge_texts
 
-__all__ = ["IgnoreRules", "merge_texts", "one_arena"]
+__all__ = ["Checkout", "IgnoreRules", "merge_texts", "one_arena", "open_checkout"]

@@ -22,34 +22,17 @@ merge driver ours' `.gitattributes` name.
 from __future__ import annotations
 
 import pygit2
-from pygit2 import C, ffi
-from pygit2.errors import check_error
 
 from ..records._effects import MergeStrategy
 from ..records._merges import Conflict, ConflictKind, Hunk, MergeResult, Resolver
+from . import _pygit2
 from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
 from ._gitnames import entry
+from ._pygit2 import FileMerge
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "merge_texts",
            "three_way"]
-
-_FAVOR = {
-    "fail": C.GIT_MERGE_FILE_FAVOR_NORMAL,
-    "ours": C.GIT_MERGE_FILE_FAVOR_OURS,
-    "theirs": C.GIT_MERGE_FILE_FAVOR_THEIRS,
-    "union": C.GIT_MERGE_FILE_FAVOR_UNION,
-}
-
-
-class _FileMerge:
-    __slots__ = ("automergeable", "contents", "mode")
-
-    def __init__(self, automergeable: bool, contents: bytes, mode: int) -> None:
-        self.automergeable = automergeable
-        self.contents = contents
-        self.mode = mode
-
 
 def merge_file(
     repo: pygit2.Repository,
@@ -58,38 +41,13 @@ def merge_file(
     ours: tuple[str, int],
     theirs: tuple[str, int],
     strategy: MergeStrategy = "fail",
-) -> _FileMerge:
+) -> FileMerge:
     """libgit2's three-way file merge (Myers diff) with a favor: diff3-style
     markers for "fail" (the hunks carry the ancestor's lines), merge style for
     a favor, as git's own drivers (diff3 style stops xdiff from trimming the
-    lines both sides share at a conflict's edges before it takes a side).
-    pygit2's binding exposes neither option, so this calls it through cffi."""
-    opts = ffi.new("git_merge_file_options *")
-    opts.version = 1  # zero-filled by cffi: default labels and marker size
-    opts.favor = _FAVOR[strategy]
-    opts.flags = (
-        C.GIT_MERGE_FILE_STYLE_DIFF3 if strategy == "fail" else C.GIT_MERGE_FILE_STYLE_MERGE
-    )
-    keep = []
-
-    def entry(side: tuple[str, int] | None) -> object:
-        if side is None:
-            return ffi.NULL
-        mode = pygit2.enums.FileMode(side[1])
-        centry, ref = pygit2.IndexEntry(path, pygit2.Oid(hex=side[0]), mode)._to_c()
-        keep.append(ref)
-        return centry
-
-    result = ffi.new("git_merge_file_result *")
-    err = C.git_merge_file_from_index(
-        result, repo._repo, entry(ancestor), entry(ours), entry(theirs), opts
-    )
-    check_error(err)
-    try:
-        contents = bytes(ffi.buffer(result.ptr, result.len)) if result.ptr != ffi.NULL else b""
-        return _FileMerge(bool(result.automergeable), contents, int(result.mode))
-    finally:
-        C.git_merge_file_result_free(result)
+    lines both sides share at a conflict's edges before it takes a side)."""
+    return _pygit2.merge_file(repo, path, ancestor, ours, theirs, strategy,
+                              diff3=strategy == "fail")
 
 
 class _Texts(pygit2.OdbBackend):

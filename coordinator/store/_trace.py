@@ -19,18 +19,13 @@ import re
 import subprocess
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import pygit2
-from pygit2.branches import Branches
 from pygit2.enums import ObjectType
-from pygit2.references import References
-from pygit2.remotes import RemoteCollection
-from pygit2.submodules import SubmoduleCollection
 
 from ..records._effects import Effect, ScopeFork, ScopeRewind
 from ..records._errors import NotFound, StateError
@@ -39,6 +34,7 @@ from ._gitnames import name as gitname
 from ._ignore import load_ignored
 from ._journal import Journal, JournalBounds
 from ._malloc import trim
+from ._pygit2 import Handle
 
 __all__ = [
     "ARCHIVE_PREFIX", "FORK_PREFIX", "IGNORED_PREFIX", "SCOPE_PREFIX", "LogPage", "Trace",
@@ -198,23 +194,6 @@ MAPPED_PACK_BYTES = 256 << 20
 """Pack data libgit2 keeps mapped at once (its default is 8 GiB)."""
 
 
-class _Handle(pygit2.Repository):
-    """A repository handle freed (its object cache, open packs and pack maps,
-    delta-base caches) as soon as nothing uses it. pygit2's Repository sits in
-    reference cycles (its `references`, `branches`... point back to it), so a
-    dropped handle waited for the cycle collector; and what one handle caches
-    grows with the history it has read, up to most of the memory a long
-    history left behind (~85 of 167 MB at 10k effects, measured)."""
-
-    def _common_init(self) -> None:
-        super()._common_init()
-        me = weakref.proxy(self)
-        self.branches = Branches(me)
-        self.references = References(me)
-        self.remotes = RemoteCollection(me)
-        self.submodules = SubmoduleCollection(me)
-
-
 def _tune_libgit2() -> None:
     """Process-wide libgit2 settings: bounded memory, and no re-hash of each object
     read. Every object reaches the trace hashed: by the journal as it takes it
@@ -279,7 +258,7 @@ class Trace:
         ident = threading.get_ident()
         held = self._handles.get(ident)
         if held is None:
-            repo = _Handle(str(self.path))
+            repo = Handle(str(self.path))
             # The journal's objects first, then the packs and loose objects on disk.
             objects = str(self.path / "objects")
             odb = pygit2.Odb()

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pygit2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator import Coordinator, PathError, ScopeExists
 from coordinator.client import ClientError
+from coordinator.records._paths import check_scope_name
 from coordinator.store._trace import ARCHIVE_PREFIX
 
 from .server_fixtures import serve
@@ -206,3 +209,22 @@ async def test_a_command_writing_an_unrecordable_path_applies_nothing(srv, scrip
     [last] = [e.effect for e in (await c.log("a")).entries][-1:]
     assert last is not None and last.status == "failed"
     assert "cannot be recorded" in (last.error or "")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="ab.-_0@{}/ ~^:?*[\\l", min_size=1, max_size=12)
+       | st.sampled_from(["a..b", "a.", "a.lock", "x.lock.y", "a-.lock", "ab_.", "a.b.c"]))
+def test_a_scope_name_is_one_git_takes_in_every_ref_corral_makes(name: str):
+    """check_scope_name's own rule agrees with libgit2's on the refs of a scope."""
+    refs = (f"refs/corral/scopes/{name}", f"refs/corral/archive/{name}-0",
+            f"refs/corral/archive/{name}/rewound-0")
+    git_takes = all(pygit2.reference_is_valid_name(r) for r in refs)
+    try:
+        check_scope_name(name)
+        accepted = True
+    except PathError:
+        accepted = False
+    assert not accepted or git_takes, f"{name!r} accepted but git refuses its refs"
+    if git_takes and len(name) <= 64 and name[:1].isalnum() and set(name) <= set(
+            "abl0._-"):
+        assert accepted, f"{name!r} refused but git takes it"

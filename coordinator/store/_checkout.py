@@ -1,0 +1,30 @@
+"""A user's own checkout, as the entrances above the store need it: its git
+directory (where `corral run` keeps its state) and whether it has a commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pygit2
+
+from ..records._errors import CorralError
+
+__all__ = ["Checkout", "open_checkout"]
+
+
+class Checkout(NamedTuple):
+    git_dir: Path
+    """Its git directory (`.git` of a work tree, or the repository of a bare one)."""
+    unborn: bool
+    """No commit yet: HEAD names a branch that does not exist."""
+
+
+def open_checkout(path: str | Path) -> Checkout:
+    """The git repository at `path` (a work tree, or inside one). Raises CorralError
+    when there is none."""
+    try:
+        repo = pygit2.Repository(str(path))
+    except pygit2.GitError as e:
+        raise CorralError(f"{path} is not a git repository", cause=e) from e
+    return Checkout(Path(repo.path), repo.head_is_unborn)
