@@ -10,5 +10,9 @@ from ._checkout import Checkout, open_checkout
 from ._ignore import IgnoreRules
 from ._malloc import one_arena
 from ._merge import merge_texts
+from ._reader import TraceReader, open_trace
 
-__all__ = ["Checkout", "IgnoreRules", "merge_texts", "one_arena", "open_checkout"]
+__all__ = [
+    "Checkout", "IgnoreRules", "TraceReader", "merge_texts", "one_arena", "open_checkout",
+    "open_trace",
+]

@@ -226,9 +226,12 @@ class Journal:
     # -- recording ------------------------------------------------------------
 
     def add_object(self, oid: str, type_: int, data: bytes) -> None:
-        """Keep an object; it is logged with the next ref move (or checkpoint)."""
+        """Keep an object; it is logged with the next ref move (or checkpoint).
+        Raises StateError on a read-only journal (it would be kept in memory only)."""
         if self.get(oid) is not None:
             return
+        if not self.writable:
+            raise StateError("the trace is open read-only here")
         record = _record(b"O", struct.pack("<B", type_) + bytes.fromhex(oid) + data)
         with self._lock:
             if self.get(oid) is not None:
