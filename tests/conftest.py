@@ -110,3 +110,40 @@ def served() -> Iterator[Callable[[dict[str, Any]], str]]:
         asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+
+
+# -- the slow rule, checked ------------------------------------------------------------
+
+pytest_plugins = ("pytester",)  # tests/test_budget.py runs pytest on made-up tests
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("fast_budget_s", "seconds a test not marked slow may take", default="8")
+
+
+def fast_budget(config: pytest.Config) -> float:
+    """What a test not marked `slow` may take (its setup and call together). The
+    fast subset (`-m "not slow"`) is what a developer runs between edits, so a test
+    that grows past this fails, naming the budget, until it is made faster or marked
+    slow. 8 s (the `fast_budget_s` ini value) leaves room for a loaded 2-core
+    machine; `CORRAL_FAST_BUDGET_S` overrides it, 0 switches it off."""
+    return float(os.environ.get("CORRAL_FAST_BUDGET_S") or config.getini("fast_budget_s"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    budget = fast_budget(item.config)
+    if budget <= 0 or item.get_closest_marker("slow") is not None:
+        return
+    spent = item.stash.get(_SPENT, 0.0) + call.duration
+    item.stash[_SPENT] = spent
+    if report.when == "call" and report.passed and spent > budget:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} is not marked slow but took {spent:.1f}s, over the "
+                           f"fast budget of {budget:g}s (tests/conftest.py): make it "
+                           "faster or mark it @pytest.mark.slow")
+
+
+_SPENT = pytest.StashKey[float]()

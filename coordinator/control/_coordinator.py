@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sandboxes
-from sandboxes import Backend, Change, Limits, SandboxError, Workspace, apply_changes
+from sandboxes import Backend, Change, SandboxError, Workspace, apply_changes
 
 from ..policies._chain import Policy, PolicyChain
 from ..policies._settings import Settings, read_settings, reconcile, record_settings, settings_chain
@@ -95,51 +95,9 @@ class Coordinator:
     @property
     def settings(self) -> Settings:
         """What this coordinator enforces: the settings the state records (see
-        `Coordinator.open`), with any in-memory change made through the setters
-        below (`exec_limits`, `toolchain`, `live_timeout`, `defer_timeout`), which
-        are not recorded."""
+        `Coordinator.open`; change them there, with `change_settings`), plus the
+        toolchain of a prepared environment (`prepare`), which is not recorded."""
         return self.runtime.settings
-
-    @property
-    def live_timeout(self) -> float:
-        """Seconds the policy chain has to decide on a live call in a fuse workspace
-        before the call is denied (and the denial recorded)."""
-        return self.runtime.live_timeout
-
-    @live_timeout.setter
-    def live_timeout(self, value: float) -> None:
-        self.runtime.live_timeout = value
-
-    @property
-    def defer_timeout(self) -> float:
-        """Seconds a deferred intent waits for the scope it waits on to merge
-        (or be discarded) before it is blocked."""
-        return self.runtime.defer_timeout
-
-    @defer_timeout.setter
-    def defer_timeout(self, value: float) -> None:
-        self.runtime.defer_timeout = value
-
-    @property
-    def exec_limits(self) -> Limits:
-        """What one command may use (processes, memory, output, file and layer
-        size, the longest timeout); raise a field with dataclasses.replace."""
-        return self.runtime.exec_limits
-
-    @exec_limits.setter
-    def exec_limits(self, value: Limits) -> None:
-        self.runtime.exec_limits = value
-
-    @property
-    def toolchain(self) -> tuple[Path, ...]:
-        """Host directories a command sees read-only (their bin/ first on its PATH):
-        a virtualenv, a language toolchain. Nothing else of the host's is shown
-        beyond the system directories."""
-        return self.runtime.toolchain
-
-    @toolchain.setter
-    def toolchain(self, value: tuple[Path, ...]) -> None:
-        self.runtime.toolchain = tuple(value)
 
     # -- lifecycle ----------------------------------------------------------------
 

@@ -184,7 +184,7 @@ class EffectPath:
         try:
             decision = await self.decide(pending, intent)
             if not decision.allowed:
-                return await self.record(
+                return await self.commit(
                     pending.model_copy(update={"status": "blocked", "decision": decision})
                 )
             todo = decision.rewritten if decision.verdict == "rewrite" else intent
@@ -196,7 +196,7 @@ class EffectPath:
                                                       tree)
                 done = await act(given)
             except Exception as e:
-                await self.record(
+                await self.commit(
                     pending.model_copy(
                         update={"status": "failed", "decision": decision, "error": str(e)}
                     )
@@ -209,7 +209,7 @@ class EffectPath:
                 if decision.reason:
                     blocking = blocking.model_copy(update={
                         "reason": f"{blocking.reason} (after: {decision.reason})"})
-                return await self.record(pending.model_copy(update={
+                return await self.commit(pending.model_copy(update={
                     "status": "blocked", "decision": blocking, "outcome": done.outcome,
                     "intent": done.intent,
                 }))
@@ -218,7 +218,7 @@ class EffectPath:
                 update={"status": "materialized", "decision": decision, "outcome": outcome}
             )
             try:
-                return await self.record(effect, changes, parents=parents, tree=tree)
+                return await self.commit(effect, changes, parents=parents, tree=tree)
             except Exception:
                 if self._restore is not None and changes:
                     await self.rt.io(self._restore, given.head, changes)
@@ -239,7 +239,7 @@ class EffectPath:
                 decision = await self.decide(pending, intent)
                 status = {"allow": "allowed", "rewrite": "rewritten"}.get(
                     decision.verdict, "blocked")
-                return await self.record(
+                return await self.commit(
                     pending.model_copy(update={"status": status, "decision": decision}))
             finally:
                 rt.pending.pop(pending.id, None)
@@ -334,11 +334,9 @@ class EffectPath:
             return effect, sha, changes
 
         effect, sha, changes = work() if act.inline else await self.rt.io(work)
-        self.advance(sha, None if tree is not None else changes)
-        self.rt.events.publish(Event("effect", effect, sha))
-        return Result(effect, sha)
+        return self._committed(effect, sha, None if tree is not None else changes)
 
-    async def record(
+    async def commit(
         self,
         effect: Effect,
         changes: TreeChanges | None = None,
@@ -346,17 +344,22 @@ class EffectPath:
         parents: Sequence[str] | None = None,
         tree: str | None = None,
     ) -> Result:
-        """Commit `effect` (its tree: the head's with `changes`, or `tree`), move
-        the head and publish it. The caller holds the lock."""
+        """Commit `effect` as it is, decided and done (its tree: the head's with
+        `changes`, or `tree`), move the head and publish it. The caller holds the
+        lock. (`Scope.record` is the whole path: propose, decide, commit.)"""
         trace = self.rt.trace
         head = self.head
 
-        def commit() -> str:
+        def write() -> str:
             t = tree or trace.build_tree(trace.commit_tree(head), changes or {})
             return trace.commit_effect(effect, t, parents if parents is not None else [head])
 
-        sha = await self.rt.io(commit)
-        self.advance(sha, None if tree is not None else (changes or {}))
+        sha = await self.rt.io(write)
+        return self._committed(effect, sha, None if tree is not None else (changes or {}))
+
+    def _committed(self, effect: Effect, sha: str, changes: TreeChanges | None) -> Result:
+        """The tail of every commit: move the head, publish the effect, answer."""
+        self.advance(sha, changes)
         self.rt.events.publish(Event("effect", effect, sha))
         return Result(effect, sha)
 

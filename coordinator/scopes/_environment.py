@@ -47,8 +47,7 @@ from ..store._reads import listdir, read_file
 from ._setups import Files, Step, detect, key_files, registry_dirs, registry_env, tool
 
 if TYPE_CHECKING:
-    from sandboxes import Limits
-
+    from ..policies._settings import Settings
     from ..store._trace import Trace
     from ._runtime import Runtime
     from ._scope import Scope
@@ -72,16 +71,7 @@ class Coordinator(Protocol):
     def root(self) -> Scope: ...
 
     @property
-    def exec_limits(self) -> Limits: ...
-
-    @exec_limits.setter
-    def exec_limits(self, value: Limits) -> None: ...
-
-    @property
-    def toolchain(self) -> tuple[Path, ...]: ...
-
-    @toolchain.setter
-    def toolchain(self, value: tuple[Path, ...]) -> None: ...
+    def settings(self) -> Settings: ...
 
     async def io(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T: ...
 
@@ -187,7 +177,7 @@ def restore(runtime: Runtime) -> None:
         return
     runtime.command_env = dict(saved.env)
     extra = (Path(t) for t in saved.toolchain if Path(t).is_dir())
-    runtime.toolchain = tuple(dict.fromkeys((*runtime.toolchain, *extra)))
+    runtime.with_settings(toolchain=tuple(dict.fromkeys((*runtime.toolchain, *extra))))
 
 
 def _files(trace: Trace, head: str) -> Files:
@@ -231,13 +221,13 @@ async def prepare(coord: Coordinator, environment: Environment,
         if not path.is_dir():
             raise CorralError(f"toolchain directory {t} does not exist")
         given.append(path)
-    toolchain = tuple(dict.fromkeys((*coord.toolchain, *given)))
+    toolchain = tuple(dict.fromkeys((*coord.settings.toolchain, *given)))
     root = coord.root
     steps, notes, key = await coord.io(_plan, coord.trace, root.head, environment, toolchain)
     for note in notes:
         say(f"note: {note}")
     toolchain = tuple(dict.fromkeys((*toolchain, *(t for s in steps for t in s.toolchain))))
-    coord.toolchain = toolchain
+    coord.runtime.with_settings(toolchain=toolchain)
     if not steps:
         return PreparedEnvironment("none", "none", 0.0, toolchain=toolchain, notes=tuple(notes))
     recipe = "+".join(s.name for s in steps)
@@ -304,18 +294,17 @@ async def _run_in_root(coord: Coordinator, argv: list[str], *, toolchain: Sequen
     `log_path`. Raises SetupFailed, after rewinding root, when it fails, is blocked or
     changes a tracked file."""
     root = coord.root
-    before_tools, before_limits = coord.toolchain, coord.exec_limits
-    coord.toolchain = tuple(toolchain)
-    coord.exec_limits = dataclasses.replace(
-        before_limits, timeout_max=max(before_limits.timeout_max, timeout),
-        tmp=max(before_limits.tmp, _SETUP_TMP))
+    limits = coord.settings.exec_limits
+    raised = dataclasses.replace(limits, timeout_max=max(limits.timeout_max, timeout),
+                                 tmp=max(limits.tmp, _SETUP_TMP))
+    before = coord.runtime.with_settings(toolchain=tuple(toolchain), exec_limits=raised)
     head = root.head
     try:
         result = await root.exec(argv, timeout=timeout, network=network, env=env)
     except CorralError as e:
         raise SetupFailed(f"{what} could not run: {e}", cause=e) from e
     finally:
-        coord.toolchain, coord.exec_limits = before_tools, before_limits
+        coord.runtime.settings = before
     outcome = result.outcome
     if not result.ok or not isinstance(outcome, ExecOutcome):
         raise SetupFailed(f"{what} was blocked: {result.reason or 'by the supervisor'}")
@@ -394,7 +383,7 @@ async def _unpack(coord: Coordinator, entry: Path, toolchain: tuple[Path, ...]
         return await _run_in_root(
             coord, ["tar", "-xf", str(shown / "env.tar"), "--no-same-owner", "-C", REPO_PATH],
             toolchain=(*toolchain, shown), network=False, env=default_env(toolchain),
-            timeout=coord.exec_limits.timeout_max,
+            timeout=coord.settings.exec_limits.timeout_max,
             what=f"unpacking the cached environment {entry} (delete it to build it again)",
             log_path=entry / "unpack.log")
     finally:

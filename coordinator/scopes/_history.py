@@ -173,7 +173,7 @@ async def merge(
             outcome=MergeOutcome(base=base, conflicts=conflicts),
             error=f"{len(conflicts)} conflicting path(s): {', '.join(conflicts)}",
         )
-        await path.record(failed)
+        await path.commit(failed)
         return result
     file_changes = tuple(
         FileChange(path=p, blob=v[0] if v else None, mode=v[1] if v else 0o100644)

@@ -292,7 +292,7 @@ class LiveWrites:
                 intent, cause=cause, status="blocked" if blocked else "materialized",
                 decision=decision, outcome=outcome,
             )
-            await path.record(effect, changes)
+            await path.commit(effect, changes)
 
     # -- reading the backing tree (coordinator threads) -----------------------------
 

@@ -9,9 +9,8 @@ builds it, owns its lifecycle (open, close) and keeps the registry in it.
 
 The settings are one frozen `Settings` value (`settings`), the one the state
 records; `exec_limits`, `toolchain`, `live_timeout` and `defer_timeout` read it.
-Assigning them still works (it replaces `settings` in memory, for this run only,
-unrecorded); what issue 24 leaves is to make those setters go, so the runtime
-holds live state only.
+Nothing assigns a field of it: a change is a new value (the project's prepared
+environment adds its toolchain that way, for the run, unrecorded).
 """
 
 from __future__ import annotations
@@ -74,10 +73,18 @@ class Runtime(Generic[S]):
         """Its thread's kernel id: a fuse call from it must not wait for the loop."""
         self._settle_waiters: dict[str, list[asyncio.Future[Settled]]] = {}
         self.settings = settings if settings is not None else Settings()
-        """What this coordinator enforces (the state's recorded settings)."""
+        """What this coordinator enforces (the state's recorded settings): a frozen
+        value, replaced whole (`with_settings`), never changed in place."""
         self.command_env: dict[str, str] = {}
         """Variables of the prepared project environment (`Coordinator.prepare`) every
         command run without an env of its own gets; its PATH goes before the default."""
+
+    def with_settings(self, **changes: Any) -> Settings:
+        """Put settings with `changes` in force (in memory, unrecorded); returns the
+        ones before, to put back."""
+        before = self.settings
+        self.settings = before.model_copy(update=changes)
+        return before
 
     @property
     def live_timeout(self) -> float:
@@ -85,19 +92,11 @@ class Runtime(Generic[S]):
         before the call is denied (and the denial recorded)."""
         return self.settings.live_timeout
 
-    @live_timeout.setter
-    def live_timeout(self, value: float) -> None:
-        self.settings = self.settings.model_copy(update={"live_timeout": value})
-
     @property
     def defer_timeout(self) -> float:
         """Seconds a deferred intent waits for the scope it waits on to merge
         (or be discarded) before it is blocked."""
         return self.settings.defer_timeout
-
-    @defer_timeout.setter
-    def defer_timeout(self, value: float) -> None:
-        self.settings = self.settings.model_copy(update={"defer_timeout": value})
 
     @property
     def exec_limits(self) -> Limits:
@@ -105,18 +104,11 @@ class Runtime(Generic[S]):
         size, the longest timeout)."""
         return self.settings.exec_limits
 
-    @exec_limits.setter
-    def exec_limits(self, value: Limits) -> None:
-        self.settings = self.settings.model_copy(update={"exec_limits": value})
-
     @property
     def toolchain(self) -> tuple[Path, ...]:
         """Host directories a command sees read-only (their bin/ first on its PATH)."""
         return self.settings.toolchain
 
-    @toolchain.setter
-    def toolchain(self, value: tuple[Path, ...]) -> None:
-        self.settings = self.settings.model_copy(update={"toolchain": tuple(value)})
 
     def bind_loop(self) -> None:
         """Remember the running loop (and its thread) as the coordinator's."""

@@ -262,7 +262,7 @@ def request_scope(request: web.Request) -> tuple[Coordinator, Scope]:
     `{name}`, after checking the request's bearer token may act on it (raises AuthError,
     Forbidden, UnknownScope: the error middleware answers 401/403/404)."""
     hub = request.app[HUB]
-    return hub.c, hub.scope(hub.who(request), request.match_info["name"])
+    return hub.coordinator, hub.scope(hub.who(request), request.match_info["name"])
 
 
 def is_loopback(host: str) -> bool:

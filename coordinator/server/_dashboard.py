@@ -319,21 +319,21 @@ async def graph(request: web.Request) -> web.Response:
         raise BadRequest("limit must be an integer") from e
     if not 1 <= limit <= 100_000:
         raise BadRequest("limit must be between 1 and 100000")
-    out = await hub.c.io(graph_of, hub.c.trace, archived=archived, limit=limit)
+    out = await hub.coordinator.io(graph_of, hub.coordinator.trace, archived=archived, limit=limit)
     return _json(out)
 
 
 async def diff(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     who = hub.who(request)
-    trace = hub.c.trace
+    trace = hub.coordinator.trace
     commit = request.match_info["commit"]
     against = request.query.get("against") or None
-    entry = await hub.c.io(trace.show, commit)
+    entry = await hub.coordinator.io(trace.show, commit)
     if not who.admin and (entry.effect is None
-                          or not hub.t.covers(who, entry.effect.scope, hub.c)):
+                          or not hub.live_tokens.covers(who, entry.effect.scope, hub.coordinator)):
         raise Forbidden("this commit is not on a scope this token acts on")
-    return _json(await hub.c.io(diff_of, trace, commit, against))
+    return _json(await hub.coordinator.io(diff_of, trace, commit, against))
 
 
 async def proposed(request: web.Request) -> web.Response:
@@ -347,7 +347,8 @@ async def proposed(request: web.Request) -> web.Response:
         raise BadRequest(f"{path!r} is not a relative path inside the workspace")
     if blob is not None and not is_object_id(blob):
         raise BadRequest(f"{blob!r} is not a full hex blob id")
-    return _json(await hub.c.io(proposed_of, hub.c.trace, request.match_info["commit"], path,
+    coord = hub.coordinator
+    return _json(await coord.io(proposed_of, coord.trace, request.match_info["commit"], path,
                                 blob))
 
 
@@ -355,16 +356,16 @@ async def overview(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     who = hub.who(request)
     scope = hub.scope(who, request.match_info["name"])
-    trace = hub.c.trace
+    trace = hub.coordinator.trace
 
     def read() -> tuple[list[TraceEntry], TokensOut]:
         line = list(trace.walk(scope.head))
         since = [e for e in line if e.effect is not None and e.effect.scope == scope.name]
         return since, tokens_of(trace, scope.head, scope.name)
 
-    since, tokens = await hub.c.io(read)
+    since, tokens = await hub.coordinator.io(read)
     try:
-        layer: int | None = await hub.c.io(lambda: scope.workspace.layer_bytes)
+        layer: int | None = await hub.coordinator.io(lambda: scope.workspace.layer_bytes)
     except OSError:
         layer = None
     info = scope.info()

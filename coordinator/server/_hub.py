@@ -124,13 +124,15 @@ class Hub:
                 del self.scoped_streams[name]
 
     @property
-    def c(self) -> Coordinator:
+    def coordinator(self) -> Coordinator:
+        """The open coordinator (RuntimeError before the app started or after it stopped)."""
         if self.coord is None:
             raise RuntimeError("the coordinator is not open")
         return self.coord
 
     @property
-    def t(self) -> Tokens:
+    def live_tokens(self) -> Tokens:
+        """The tokens of the open coordinator's scopes."""
         assert self.tokens is not None
         return self.tokens
 
@@ -140,17 +142,17 @@ class Hub:
         token = header[7:].strip() if header[:7].lower() == "bearer " else None
         if token is None and allow_query:
             token = request.query.get("token")
-        return self.t.principal(token, self.c)
+        return self.live_tokens.principal(token, self.coordinator)
 
     def scope(self, who: Principal, name: str) -> Scope:
         """The live scope `name`, if `who` may act on it (Forbidden / UnknownScope)."""
         if not who.admin:
-            self.t.require(who, name, self.c)
-        return self.c.scope(name)
+            self.live_tokens.require(who, name, self.coordinator)
+        return self.coordinator.scope(name)
 
     def timed(self, kind: str) -> ContextManager[None]:
         """Time spent inside the coordinator for one effect (`corral_effect_seconds`)."""
-        return self.c.metrics.effect_seconds.labels(kind).time()
+        return self.coordinator.metrics.effect_seconds.labels(kind).time()
 
     def policies(self) -> list[Policy]:
         """The in-process policies, asked after the settings' (see ServerConfig)."""

@@ -114,8 +114,8 @@ def _result(r: Result) -> ResultOut:
 
 async def health(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    return _json(Health(snapshot=hub.c.trace.snapshot() or "",
-                        checkpoint=hub.c.trace.journal.deferred or "ok"))
+    return _json(Health(snapshot=hub.coordinator.trace.snapshot() or "",
+                        checkpoint=hub.coordinator.trace.journal.deferred or "ok"))
 
 
 async def openapi_json(request: web.Request) -> web.Response:
@@ -142,7 +142,7 @@ async def metrics(request: web.Request) -> web.Response:
     # Admin only: the samples name every scope (corral_layer_bytes{scope}).
     hub, who = _ctx(request)
     Tokens.require_admin(who)
-    body = await asyncio.to_thread(generate_latest, hub.c.metrics.registry)
+    body = await asyncio.to_thread(generate_latest, hub.coordinator.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -151,9 +151,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def list_scopes(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
-    coord = hub.c
+    coord = hub.coordinator
     out = [_scope_out(s.info()) for s in coord.scopes.values()
-           if not s.discarded and hub.t.covers(who, s.name, coord)]
+           if not s.discarded and hub.live_tokens.covers(who, s.name, coord)]
     return _json(ScopesOut(scopes=out))
 
 
@@ -167,7 +167,7 @@ async def fork(request: web.Request) -> web.Response:
     req = await _body(request, ForkRequest)
     child = await scope.fork(req.name, at=req.at)
     return _json(ForkResponse(scope=_scope_out(child.info()),
-                              token=hub.t.issue(child)))
+                              token=hub.live_tokens.issue(child)))
 
 
 async def read_file(request: web.Request) -> web.Response:
@@ -224,8 +224,9 @@ async def exec_(request: web.Request) -> web.Response:
     base = _result(r).model_dump()
     out = r.outcome
     if isinstance(out, ExecOutcome):
-        trace = hub.c.trace
-        stdout, stderr = await hub.c.io(lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
+        trace = hub.coordinator.trace
+        stdout, stderr = await hub.coordinator.io(
+            lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
                     timed_out=out.timed_out, truncated=out.truncated)
     return _json(ExecResultOut.model_validate(base))
@@ -284,13 +285,13 @@ async def merge(request: web.Request) -> web.Response:
 async def discard(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
     name = request.match_info["name"]
-    gone = hub.c.scopes.get(name)
+    gone = hub.coordinator.scopes.get(name)
     if gone is not None and gone.discarded:  # idempotent: the discard that was
         if not who.admin:
-            hub.t.require(who, name, hub.c)
+            hub.live_tokens.require(who, name, hub.coordinator)
         return await _discarded(hub, gone.head)
     if gone is None and who.admin:  # discarded and forgotten: its archived discard
-        last = await hub.c.io(hub.c.last_discard, name)
+        last = await hub.coordinator.io(hub.coordinator.last_discard, name)
         if last is not None:
             return await _discarded(hub, last)
     scope = hub.scope(who, name)
@@ -312,7 +313,7 @@ async def discard(request: web.Request) -> web.Response:
 
 async def _discarded(hub: Hub, commit: str) -> web.Response:
     """The answer to discarding a discarded scope: its discard, as first answered."""
-    entry = await hub.c.io(hub.c.trace.show, commit)
+    entry = await hub.coordinator.io(hub.coordinator.trace.show, commit)
     assert entry.effect is not None
     return _json(_result(Result(entry.effect, entry.commit)))
 
@@ -373,7 +374,8 @@ async def log(request: web.Request) -> web.StreamResponse:
     if not 1 <= limit <= LOG_PAGE_MAX:
         raise BadRequest(f"limit must be between 1 and {LOG_PAGE_MAX}")
     below = _uncursor(hub, scope.name, before) if before is not None else None
-    page = await hub.c.io(hub.c.trace.log_page, scope.head, limit=limit, before=below)
+    coord = hub.coordinator
+    page = await coord.io(coord.trace.log_page, scope.head, limit=limit, before=below)
     after = _cursor(hub, scope.name, page.next) if page.next is not None else None
     return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
                              next=after))
@@ -388,12 +390,12 @@ async def _stream_log(request: web.Request, hub: Hub, scope: Scope) -> web.Strea
     read: a chunk of entries at a time, so a long branch is never held whole.
     The first chunk is read before the answer starts, so an error there still
     gets its status."""
-    records = hub.c.trace.stream(scope.head)
+    records = hub.coordinator.trace.stream(scope.head)
 
     def chunk() -> list[str]:
         return [_entry(e).model_dump_json() for e in itertools.islice(records, LOG_CHUNK)]
 
-    part = await hub.c.io(chunk)
+    part = await hub.coordinator.io(chunk)
     head, _, tail = LogResponse(scope=scope.name, entries=[]).model_dump_json().rpartition(
         '"entries":[]')
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -403,7 +405,7 @@ async def _stream_log(request: web.Request, hub: Hub, scope: Scope) -> web.Strea
     while part:
         await resp.write((("" if first else ",") + ",".join(part)).encode())
         first = False
-        part = await hub.c.io(chunk)
+        part = await hub.coordinator.io(chunk)
     await resp.write(f"]{tail}".encode())
     await resp.write_eof()
     return resp
@@ -411,7 +413,7 @@ async def _stream_log(request: web.Request, hub: Hub, scope: Scope) -> web.Strea
 
 def _cursor_mac(hub: Hub, scope: str, commit: str) -> str:
     msg = f"{scope}\0{commit}".encode()
-    return hmac.new(hub.c.cursor_key, msg, hashlib.sha256).hexdigest()[:20]
+    return hmac.new(hub.coordinator.cursor_key, msg, hashlib.sha256).hexdigest()[:20]
 
 
 def _cursor(hub: Hub, scope: str, commit: str) -> str:
@@ -430,13 +432,13 @@ def _uncursor(hub: Hub, scope: str, cursor: str) -> str:
 
 async def show(request: web.Request) -> web.Response:
     hub, who = _ctx(request)
-    coord = hub.c
+    coord = hub.coordinator
     entry = await coord.io(coord.trace.show, request.match_info["commit"])
     if not who.admin:
         owner = coord.scopes.get(entry.effect.scope) if entry.effect is not None else None
         # ... and of the incarnation it covers: a commit of an earlier scope of
         # the same name is not in the history that starts at this one's fork.
-        if (owner is None or not hub.t.covers(who, owner.name, coord)
+        if (owner is None or not hub.live_tokens.covers(who, owner.name, coord)
                 or not await coord.io(coord.trace.is_ancestor, owner.fork_point, entry.commit)):
             raise Forbidden("this commit is not on a scope this token acts on")
     return _json(_entry(entry))
@@ -448,7 +450,7 @@ async def blob(request: web.Request) -> web.Response:
     oid = request.match_info["id"]
     if not is_object_id(oid):
         raise BadRequest(f"{oid!r} is not a full hex blob id")
-    data = await hub.c.io(hub.c.trace.blob, oid)
+    data = await hub.coordinator.io(hub.coordinator.trace.blob, oid)
     return _json(BlobOut(id=oid, content_b64=b64(data)))
 
 

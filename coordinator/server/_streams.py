@@ -38,7 +38,7 @@ async def _drain(ws: web.WebSocketResponse) -> None:
 async def events(request: web.Request) -> web.StreamResponse:
     hub = request.app[HUB]
     who = hub.who(request, allow_query=True)
-    coord = hub.c
+    coord = hub.coordinator
     scopes = request.query.getall("scope", []) or None
     kinds = request.query.getall("kind", []) or None
     types = request.query.getall("type", []) or None
@@ -48,7 +48,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         assert who.scope is not None
         wanted = scopes or [who.scope]
         for name in wanted:
-            hub.t.require(who, name, coord)
+            hub.live_tokens.require(who, name, coord)
         scopes = wanted
     ws = web.WebSocketResponse(heartbeat=30)
     await ws.prepare(request)

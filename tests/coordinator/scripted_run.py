@@ -59,10 +59,10 @@ async def scripted_run(state: Path, repo: Path) -> AsyncIterator[Run]:
         request = ModelRequest(model="m", system="You edit code.",
                                messages=(UserMessage(text="Change line 10 of src/app.py."),))
         async with OpenAIProvider("m", base_url=models.base_url) as provider:
-            caller = ModelCaller(srv.hub.c, provider)
-            result = await caller.call(srv.hub.c.scopes["alice"], request)
+            caller = ModelCaller(srv.hub.coordinator, provider)
+            result = await caller.call(srv.hub.coordinator.scopes["alice"], request)
         assert result.effect.kind == "model.call"
-        commits["model_call"] = srv.hub.c.scopes["alice"].head
+        commits["model_call"] = srv.hub.coordinator.scopes["alice"].head
 
         r = await c.write("bob", "src/app.py", APP_BOB.encode())
         assert r.status == "blocked", r
@@ -87,7 +87,7 @@ async def scripted_run(state: Path, repo: Path) -> AsyncIterator[Run]:
         await c.discard("docs")
         # The dashboard needs a conflict to preview: this one write gets past the guard
         # (which keeps docs' merged line claimed) as an unguarded agent's would.
-        chain = srv.hub.c.chain.policies
+        chain = srv.hub.coordinator.chain.policies
         at = next(i for i, p in enumerate(chain) if isinstance(p, ConflictGuard))
         guard = chain.pop(at)
         try:

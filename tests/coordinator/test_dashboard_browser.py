@@ -192,7 +192,7 @@ async def test_merge_preview_shows_conflict_hunks_with_who_wrote_each_side(run: 
     effect that wrote ours (docs) and theirs (bob); nothing is written."""
     async with browser_page() as page:
         await _login(page, run.srv.url)
-        before = run.srv.hub.c.scopes["root"].head
+        before = run.srv.hub.coordinator.scopes["root"].head
         await page.select_option("#m-into", "root")
         await page.select_option("#m-other", "bob")
         await page.click("#m-preview")
@@ -201,7 +201,7 @@ async def test_merge_preview_shows_conflict_hunks_with_who_wrote_each_side(run: 
         assert "README.md — content" in text
         assert "# sample, documented by docs" in text and "# sample, as bob sees it" in text
         assert "docs#1 fs.write README.md" in text and "bob#6 fs.write README.md" in text
-        assert run.srv.hub.c.scopes["root"].head == before
+        assert run.srv.hub.coordinator.scopes["root"].head == before
         assert page.url.endswith("#merge=root..bob")
         await _shot(page, "merge-preview")
 
@@ -234,7 +234,7 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         assert log[-2].commit == run.commits["alice_write"]
         assert log[-1].effect.kind == "scope.rewind"
         # its cause is the supervisor's decision, rewound past with the rest (archived)
-        decisions = {n.id: n for n in graph_of(run.srv.hub.c.trace, archived=True).nodes
+        decisions = {n.id: n for n in graph_of(run.srv.hub.coordinator.trace, archived=True).nodes
                      if n.kind == "decision"}
         assert log[-1].effect.cause in decisions
 
@@ -245,7 +245,7 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         await fork.first.locator("input").fill("alice-2")
         await fork.first.locator("button").click()
         await page.wait_for_selector(".action-answer:has-text('forked alice-2')")
-        assert "alice-2" in run.srv.hub.c.scopes
+        assert "alice-2" in run.srv.hub.coordinator.scopes
 
         # alice-2 takes over bob's work (handoff), then merges into alice, then is discarded
         await page.goto(run.srv.url + "/#scope=alice-2")
@@ -269,8 +269,8 @@ async def test_action_buttons_call_the_api_and_show_the_recorded_decision(run: R
         await discard.locator("button").click()
         await page.wait_for_selector("#detail-title:has-text('Scope alice-2 is gone')")
         # a discarded scope leaves the registry (its branch stays archived)
-        assert "alice-2" not in run.srv.hub.c.scopes
-        assert run.srv.hub.c.last_discard("alice-2") is not None
+        assert "alice-2" not in run.srv.hub.coordinator.scopes
+        assert run.srv.hub.coordinator.last_discard("alice-2") is not None
         lanes = await page.eval_on_selector_all(".chip.lane", "els => els.map(e => e.textContent)")
         assert "alice-2" not in lanes
 
@@ -287,7 +287,7 @@ async def test_fork_from_an_older_effect_starts_the_child_at_that_commit(run: Ru
         await page.wait_for_selector(".action-answer:has-text('forked alice-then')")
         child = srv_scope(run, "alice-then")
         assert child.parent == "alice"
-        trace = run.srv.hub.c.trace
+        trace = run.srv.hub.coordinator.trace
         assert srv_scope(run, "alice").head != old
         assert trace.commit(child.head).tree_id == trace.commit(old).tree_id
         assert trace.commit(child.head).parents[0].id == trace.commit(old).id
@@ -298,7 +298,7 @@ async def test_the_live_stream_opens_with_the_recorded_effects_then_goes_on_live
     """A page opened after the run is not blank: the stream holds the live branches'
     recorded effects, newest first, marked as recorded; a new effect then arrives
     on top as a live event, and no effect is listed twice."""
-    trace = run.srv.hub.c.trace
+    trace = run.srv.hub.coordinator.trace
     ids = {n.commit: n.id for n in graph_of(trace).nodes}
     async with browser_page() as page:
         await _login(page, run.srv.url)
@@ -330,7 +330,7 @@ async def test_scope_page_shows_a_timeline_with_times_waits_and_durations(run: R
     c = run.srv.client
     x = await c.exec("alice", ["sh", "-c", "sleep 1.2"])
     assert x.ok and x.commit
-    trace = run.srv.hub.c.trace
+    trace = run.srv.hub.coordinator.trace
     async with browser_page() as page:
         await _login(page, run.srv.url, "#scope=alice")
         row = page.locator(f".timeline tr[data-commit='{x.commit}']")
@@ -353,7 +353,7 @@ async def test_scope_page_shows_a_timeline_with_times_waits_and_durations(run: R
 
 
 def srv_scope(run: Run, name: str):
-    return run.srv.hub.c.scopes[name]
+    return run.srv.hub.coordinator.scopes[name]
 
 
 async def test_api_errors_show_the_servers_detail(run: Run):

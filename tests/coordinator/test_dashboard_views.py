@@ -103,7 +103,7 @@ async def test_model_tokens_metric_counts_calls_recorded_by_anyone(tmp_path, sam
     from .server_fixtures import serve
 
     async with serve(tmp_path / "s", sample_repo) as srv:
-        coord = srv.hub.c
+        coord = srv.hub.coordinator
         scope = await coord.root.fork("ext")
         request = await coord.io(coord.trace.write_blob, b'{"model":"x"}')
         response = await coord.io(coord.trace.write_blob, b'{"text":"ok"}')

@@ -66,7 +66,7 @@ async def test_deferred_write_waits_for_the_merge_then_goes_through(tmp_path, sa
 async def test_deferral_ends_blocked_after_the_timeout(tmp_path, sample_repo):
     async with Coordinator.open(tmp_path / "s", sample_repo,
                                 policies=[WaitForMerge("shared.txt", "bob")]) as coord:
-        coord.defer_timeout = 0.2
+        coord.runtime.with_settings(defer_timeout=0.2)
         a = await coord.root.fork("alice")
         await coord.root.fork("bob")
         r = await a.write("shared.txt", b"alice's\n")

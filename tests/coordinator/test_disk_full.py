@@ -142,7 +142,7 @@ async def test_reopen_on_a_full_disk_defers_the_checkpoint(small_disk, sample_re
     async with serve(small_disk, sample_repo) as srv:
         c = srv.client
         await c.fork("root", "a")
-        await srv.hub.c.checkpoint()
+        await srv.hub.coordinator.checkpoint()
         for i in range(3):
             r = await c.write("a", f"f{i}.txt", _content(i))
             assert r.ok

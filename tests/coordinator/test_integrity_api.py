@@ -39,10 +39,10 @@ async def _post(srv, path: str, body: bytes) -> tuple[int, dict]:
 @pytest.mark.slow
 async def test_wrong_json_types_are_422_not_coerced(srv, path, body):
     """`false` is not 0 and `0` is not false: the body is refused, nothing recorded."""
-    head = srv.hub.c.scope("a").head
+    head = srv.hub.coordinator.scope("a").head
     status, payload = await _post(srv, path, body)
     assert (status, payload["error"]) == (422, "ValidationError"), payload
-    assert srv.hub.c.scope("a").head == head
+    assert srv.hub.coordinator.scope("a").head == head
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ async def test_a_body_shorter_than_its_content_length_ends_in_408(srv):
     timeout (1 s here) and the connection is closed; nothing is written."""
     host, port = srv.url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    head = srv.hub.c.scope("a").head
+    head = srv.hub.coordinator.scope("a").head
     writer.write(b"POST /v1/scopes/a/write HTTP/1.1\r\nHost: x\r\n"
                  b"Authorization: Bearer " + srv.client.token.encode() + b"\r\n"
                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
@@ -91,4 +91,4 @@ async def test_a_body_shorter_than_its_content_length_ends_in_408(srv):
         answer += chunk
     assert time.monotonic() - start < 5
     writer.close()
-    assert srv.hub.c.scope("a").head == head
+    assert srv.hub.coordinator.scope("a").head == head

@@ -76,7 +76,7 @@ async def test_a_policy_writing_through_scope_path_fails_fast(tmp_path: Path, re
 
     async with Coordinator.open(tmp_path / "s", repo, backend="fuse",
                                 policies=[writes_through_the_mount]) as coord:
-        coord.live_timeout = 5.0
+        coord.runtime.with_settings(live_timeout=5.0)
         a = scopes["a"] = await coord.root.fork("a")
         ticks = 0
 
@@ -93,7 +93,7 @@ async def test_a_policy_writing_through_scope_path_fails_fast(tmp_path: Path, re
             t.cancel()
         assert r.ok
         [(what, seconds)] = seen
-        assert what == "refused" and seconds < coord.live_timeout
+        assert what == "refused" and seconds < coord.settings.live_timeout
         assert not (a.path / "side.txt").exists()
         assert ticks > 0
         # Processes outside the coordinator are still asked as before.

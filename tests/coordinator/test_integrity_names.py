@@ -37,13 +37,13 @@ def _mounts_under(path: Path) -> list[str]:
 async def test_fork_refuses_names_git_refuses_as_refs(srv, name):
     """A scope name that is not a valid git ref is refused before anything is written."""
     c = srv.client
-    before = srv.hub.c.trace.refs("refs/")
+    before = srv.hub.coordinator.trace.refs("refs/")
     with pytest.raises((PathError, ClientError)) as e:
         await c.fork("root", name)
     assert e.value.status in (400, 422), e.value  # 422: the schema's pattern already refuses
-    assert srv.hub.c.trace.refs("refs/") == before
-    assert name not in srv.hub.c.scopes
-    await srv.hub.c.checkpoint()  # the checkpoint still works: no bad ref was journaled
+    assert srv.hub.coordinator.trace.refs("refs/") == before
+    assert name not in srv.hub.coordinator.scopes
+    await srv.hub.coordinator.checkpoint()  # the checkpoint still works: no bad ref was journaled
 
 
 @pytest.mark.slow
@@ -106,7 +106,7 @@ async def test_bad_paths_are_a_400_that_writes_nothing(srv, path):
     server still shuts down cleanly (no leftover mount)."""
     c = srv.client
     await c.fork("root", "a")
-    scope = srv.hub.c.scope("a")
+    scope = srv.hub.coordinator.scope("a")
     head = scope.head
     before = sorted(os.listdir(scope.workspace.backing))
     for call in (
@@ -172,7 +172,7 @@ async def test_racing_forks_of_one_name_give_one_200_and_409s(srv):
     c = srv.client
     await c.fork("root", "p1")
     await c.fork("root", "p2")
-    coord = srv.hub.c
+    coord = srv.hub.coordinator
     for i in range(20):
         name = f"child{i}"
         results = await asyncio.gather(c.fork("p1", name), c.fork("p2", name),
@@ -201,7 +201,7 @@ async def test_a_command_writing_an_unrecordable_path_applies_nothing(srv, scrip
     gets a 400 PathError naming it; none of its changes reach the workspace."""
     c = srv.client
     await c.fork("root", "a")
-    scope = srv.hub.c.scope("a")
+    scope = srv.hub.coordinator.scope("a")
     before = sorted(os.listdir(scope.workspace.backing))
     with pytest.raises(PathError, match="none of its changes are applied"):
         await c.exec("a", ["sh", "-c", script])

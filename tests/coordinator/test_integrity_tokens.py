@@ -73,7 +73,7 @@ async def test_tokens_survive_a_restart_and_discards_stay_revoked(tmp_path, samp
         keep = await srv.client.fork("root", "keep")
         gone = await srv.client.fork("root", "gone")
         await srv.client.discard("gone")
-        again = await srv.hub.c.root.fork("gone")  # no token issued for it
+        again = await srv.hub.coordinator.root.fork("gone")  # no token issued for it
         assert again.fork_point == gone.scope.fork_point
     async with serve(state, None, clock=_fixed_clock) as srv:
         assert (await srv.client.with_token(keep.token).write("keep", "x", b"x")).ok

@@ -140,7 +140,7 @@ async def test_a_policy_that_does_not_answer_in_time_denies(tmp_path: Path, repo
         return None
 
     async with Coordinator.open(tmp_path / "s", repo, backend="fuse", policies=[slow]) as coord:
-        coord.live_timeout = 0.3
+        coord.runtime.with_settings(live_timeout=0.3)
         a = await coord.root.fork("alice")
         t = time.monotonic()
         r = await sh(a.path, "echo x > new.py")
@@ -171,7 +171,7 @@ async def test_a_policy_that_reads_the_workspace_does_not_deadlock(tmp_path: Pat
     async with Coordinator.open(tmp_path / "s", repo, backend="fuse",
                                 policies=[reader]) as coord:
         opened.append(coord)
-        coord.live_timeout = 5.0
+        coord.runtime.with_settings(live_timeout=5.0)
         a = await coord.root.fork("alice")
         t = time.monotonic()
         r = await sh(a.path, "echo x > README.md && mkdir -p src/deep && echo y > src/deep/n.py")

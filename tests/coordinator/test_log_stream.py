@@ -103,7 +103,7 @@ async def test_the_whole_log_route_sends_the_same_json_a_chunk_at_a_time(tmp_pat
     from coordinator.server import _routes as _routes
 
     async with serve(tmp_path / "state", sample_repo) as srv:
-        coord = srv.hub.c
+        coord = srv.hub.coordinator
         a = await coord.root.fork("a")
         for i in range(_routes.LOG_CHUNK + 20):
             await a.write(f"f{i % 7}.txt", f"{i}\n".encode())

@@ -11,6 +11,7 @@ import sys
 import tracemalloc
 
 import pygit2
+import pytest
 
 from coordinator import Coordinator
 from coordinator.store._gitnames import entry, name
@@ -66,6 +67,7 @@ def test_pygit2_still_needs_it(tmp_path) -> None:
     assert sys.getrefcount(key) > held, "pygit2 no longer leaks: drop coordinator.store._gitnames"
 
 
+@pytest.mark.slow  # a burst of effects and a full gc census: ~5-9 s on 2 cores
 async def test_a_checkpointed_burst_leaves_no_python_objects(tmp_path, sample_repo) -> None:
     """Writes over a fixed set of paths, then a checkpoint: what Python holds
     afterwards does not grow with the number of writes (it grew ~200 bytes per

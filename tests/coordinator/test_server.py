@@ -166,7 +166,7 @@ async def test_bad_input_is_a_clear_4xx_and_writes_nothing(srv, tmp_path):
         async with s.get(srv.url + "/v1/nothing-here", headers=h) as r:
             assert r.status == 404 and (await r.json())["error"] == "NotFound"
     # a symlink in the workspace that leads outside
-    (srv.hub.c.scope("a").path / "out").symlink_to(tmp_path)
+    (srv.hub.coordinator.scope("a").path / "out").symlink_to(tmp_path)
     with pytest.raises(PathError):
         await c.write("a", "out/evil.txt", b"x")
     assert not (tmp_path / "evil.txt").exists()
@@ -244,7 +244,8 @@ async def test_inject_and_handoff_are_recorded_as_decisions(srv):
     assert kinds == ["inject", "handoff", "inject"]
     assert [m.text for m in await a.take_messages("a")] == ["continue b's work"]
     sent = await a.send("a", "b", "hello b")
-    assert sent.ok and [m.text for m in srv.hub.c.scope("b").take_messages()] == ["hello b"]
+    taken = srv.hub.coordinator.scope("b").take_messages()
+    assert sent.ok and [m.text for m in taken] == ["hello b"]
 
 
 @pytest.mark.slow
@@ -253,7 +254,7 @@ async def test_metrics_expose_the_coordinator(srv):
     c = srv.client
     await c.fork("root", "a")
     await c.write("a", "x.txt", b"hello")
-    srv.hub.c.metrics.tokens(prompt=100, cached=80, completion=7)
+    srv.hub.coordinator.metrics.tokens(prompt=100, cached=80, completion=7)
     text = await c.metrics()
     for needle in [
         'corral_effects_total{kind="fs.write",verdict="allow"} 1.0',
@@ -268,7 +269,7 @@ async def test_metrics_expose_the_coordinator(srv):
         assert needle in text, needle
     # (a background checkpoint may already have moved the write: no figure before)
     assert re.search(r"^corral_trace_journal_bytes \S+$", text, re.M)
-    await srv.hub.c.checkpoint()
+    await srv.hub.coordinator.checkpoint()
     text = await c.metrics()
     assert "corral_trace_journal_bytes 0.0" in text
     done = re.search(r"^corral_trace_checkpoint_seconds_count (\S+)$", text, re.M)
@@ -314,7 +315,7 @@ async def test_whole_multi_file_patch_over_http(srv, tmp_path):
     assert r.ok and r.commit and r.effect.kind == "fs.patch"
     assert {p: await c.read("a", p) for p in old} == new
     assert len((await c.log("a")).entries) == before + 1
-    repo = srv.hub.c.trace.repo
+    repo = srv.hub.coordinator.trace.repo
     commit = repo[r.commit]
     changed = {d.delta.new_file.path for d in repo.diff(commit.parents[0], commit)}
     assert changed == {"README.md", "src/app.py"}

@@ -64,7 +64,7 @@ async def test_settings_are_recorded_and_enforced_when_reopened(
     nobody can answer in process blocks instead of waving the intent through."""
     state = tmp_path / "s"
     async with Coordinator.open(state, sample_repo, settings=GUARDED) as coord:
-        assert coord.settings == GUARDED and coord.exec_limits.memory == 512 * 1024 * 1024
+        assert coord.settings == GUARDED and coord.settings.exec_limits.memory == 512 * 1024 * 1024
     assert Settings.model_validate_json(git(state, "show", "refs/corral/settings:settings.json")
                                         ) == GUARDED
     assert git(state, "log", "--format=%s", "refs/corral/settings").splitlines() == [
@@ -72,7 +72,7 @@ async def test_settings_are_recorded_and_enforced_when_reopened(
         "sitepol:no_secrets; gate: exec)"]
 
     async with Coordinator.open(state) as coord:
-        assert coord.settings == GUARDED and coord.defer_timeout == 30.0
+        assert coord.settings == GUARDED and coord.settings.defer_timeout == 30.0
         b = await coord.root.fork("b")
         r = await b.write("secret/key", b"hunter2\n")
         assert r.blocked and r.effect.decision is not None

@@ -325,7 +325,7 @@ async def test_host_unix_socket_unreachable_without_network(env, tmp_path: Path)
 
     thread = threading.Thread(target=serve)
     thread.start()
-    coord.toolchain = (shown,)
+    coord.runtime.with_settings(toolchain=(shown,))
     try:
         code = ("import socket\ns = socket.socket(socket.AF_UNIX)\n"
                 f"s.connect('{path}'); s.sendall(b'hello'); print('connected')\n")
@@ -388,7 +388,7 @@ async def test_output_flood_is_capped_and_recorded(env) -> None:
     """512 MiB on stdout: 1 MiB kept, the outcome says truncated, the command ends
     normally, and the coordinator's memory does not grow with the flood."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), output=1 * _MiB)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), output=1 * _MiB))
     rss_before = _rss()
     r = await run(coord, "head -c 512M /dev/zero; echo tail >&2", timeout=120)
     assert r.returncode == 0
@@ -408,7 +408,7 @@ def _rss() -> int:
 async def test_big_file_is_capped(env) -> None:
     """`truncate -s 1G` and a 64 MiB write both fail past the file size limit."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), file_size=8 * _MiB)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), file_size=8 * _MiB))
     code = ("import errno, os\n"
             "for name, act in (('big', lambda: os.truncate('big', 1 << 30)),\n"
             "                  ('big2', lambda: open('big2', 'wb').write(bytes(64 << 20)))):\n"
@@ -427,7 +427,8 @@ async def test_big_file_is_capped(env) -> None:
 async def test_layer_size_is_capped(env) -> None:
     """Files that together pass the layer limit fail with ENOSPC; /tmp has its own cap."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), layer=16 * _MiB, tmp=8 * _MiB)
+    coord.runtime.with_settings(
+        exec_limits=dataclasses.replace(Limits(), layer=16 * _MiB, tmp=8 * _MiB))
     r = await run(coord, "for i in 1 2 3 4; do head -c 6M /dev/zero > f$i || echo full; done;"
                   " head -c 12M /dev/zero > /tmp/t 2>/dev/null || echo tmpfull")
     assert "full" in r.out and "tmpfull" in r.out
@@ -437,7 +438,7 @@ async def test_fork_bomb_is_bounded(env) -> None:
     """A process limit of 64 stops a command from starting 300 processes, and
     nothing of it is left on the host afterwards."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), processes=64)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), processes=64))
     code = ("import os, time\nn = 0\nfor i in range(300):\n    try:\n        pid = os.fork()\n"
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20.71828)\n"
             "        os._exit(0)\n    n += 1\nprint(n)\n")
@@ -450,7 +451,7 @@ async def test_shell_fork_bomb_ends_at_its_timeout(env) -> None:
     """The classic shell fork bomb is held by the process limit, killed at its
     timeout, and leaves no process on the host."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), processes=64)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), processes=64))
     start = time.monotonic()
     r = await run(coord, "b() { b | b & }; b; sleep 99.123", timeout=3)
     assert time.monotonic() - start < 15
@@ -462,7 +463,7 @@ async def test_shell_fork_bomb_ends_at_its_timeout(env) -> None:
 async def test_memory_hog_is_bounded(env) -> None:
     """Allocating past the memory limit fails inside the command."""
     coord, _ = env
-    coord.exec_limits = dataclasses.replace(Limits(), memory=256 * _MiB)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), memory=256 * _MiB))
     r = await run(coord, "python3 -c 'b = bytearray(512 << 20); print(len(b))' 2>&1")
     assert r.returncode != 0
     assert "MemoryError" in r.out
@@ -484,9 +485,9 @@ async def test_many_processes_share_one_memory_limit(env) -> None:
     probe.close()
     coord, _ = env
     hogs = " & ".join([f'python3 -c "{_HOG}"'] * 6) + "; wait"
-    coord.exec_limits = dataclasses.replace(Limits(), memory=1 << 30)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), memory=1 << 30))
     bounded = await run(coord, hogs)
-    coord.exec_limits = dataclasses.replace(Limits(), memory=8 << 30)
+    coord.runtime.with_settings(exec_limits=dataclasses.replace(Limits(), memory=8 << 30))
     control = await run(coord, hogs)
     assert control.out.count("ok") == 6
     assert bounded.out.count("ok") <= 2
@@ -678,7 +679,7 @@ async def test_a_toolchain_showing_the_state_is_refused(env) -> None:
     a = await coord.root.fork("a")
     head = a.head
     for shown in (state / "trace.git", state.parent):
-        coord.toolchain = (shown,)
+        coord.runtime.with_settings(toolchain=(shown,))
         with pytest.raises(ExecError, match="state directory"):
             await a.exec(["true"])
     assert a.head == head
@@ -708,7 +709,7 @@ async def test_declared_toolchain_is_the_commands_environment(env, tmp_path: Pat
                         f"\"{venv}/lib\"); import corral_probe; print(corral_probe.X)'\n")
         tool.chmod(0o755)
         venv.chmod(0o755)
-        coord.toolchain = (venv,)
+        coord.runtime.with_settings(toolchain=(venv,))
         a = await coord.root.fork("a")
         assert a.exec_env()["PATH"].split(":")[0] == str(venv / "bin")
         r = await run(coord, "probe")

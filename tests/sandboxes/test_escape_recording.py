@@ -191,7 +191,8 @@ async def test_sparse_files_past_changed_bytes_are_refused(coord: Coordinator) -
 async def test_one_sparse_file_past_a_lowered_changed_bytes(coord: Coordinator) -> None:
     """With changed_bytes=64M, one 600 MB sparse file (under the default ceiling
     alone) is refused before it is read: no 600 MB in the coordinator."""
-    coord.exec_limits = dataclasses.replace(coord.exec_limits, changed_bytes=64 << 20)
+    coord.runtime.with_settings(
+        exec_limits=dataclasses.replace(coord.settings.exec_limits, changed_bytes=64 << 20))
     a = await coord.root.fork("a")
     reset_peak_rss()
     before = vm("VmRSS")
@@ -206,7 +207,8 @@ async def test_one_sparse_file_past_a_lowered_changed_bytes(coord: Coordinator) 
 async def test_too_many_files_past_changed_files_are_refused(coord: Coordinator) -> None:
     """With changed_files=1000, a command making 1500 files fails naming
     changed_files, and none of them is applied."""
-    coord.exec_limits = dataclasses.replace(coord.exec_limits, changed_files=1000)
+    coord.runtime.with_settings(
+        exec_limits=dataclasses.replace(coord.settings.exec_limits, changed_files=1000))
     a = await coord.root.fork("a")
     with pytest.raises(ExecError, match="changed_files"):
         await a.exec(["sh", "-c", "mkdir m && cd m && seq 1500 | xargs touch"], timeout=60)

@@ -175,7 +175,7 @@ def listeners(coord: Coordinator) -> Iterator[Listeners]:
     shown = Path(tempfile.mkdtemp(prefix="corral-sock-", dir="/tmp"))
     shown.chmod(0o755)
     served = Listeners(shown)
-    coord.toolchain = (shown,)
+    coord.runtime.with_settings(toolchain=(shown,))
     try:
         yield served
     finally:
