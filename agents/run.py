@@ -50,8 +50,9 @@ from coordinator import (
 from ._branches import git_identity, push, squash
 from ._model_effects import ModelCaller
 from ._prices import Budgets, PriceTable, Spent, load_prices, spent_on
-from .coding import AgentResult, CodingAgent
-from .entry import AgentFn, load_agent
+from .coding import CodingAgent
+from .entry import builtin
+from .protocol import Agent, AgentContext, AgentResult, Budget, load_agent
 from .providers import Provider, provider_from_spec
 from .runs import AgentLine, RunRecord, RunStatus, read_record, resume_command, write_record
 from .supervisor import LLMSupervisor, run_to_rest
@@ -310,7 +311,7 @@ async def run_tasks(
 
     `model` is one spec for every agent, or one per task. `agent` is `builtin`, another
     name of the `corral.agents` group (`mini-swe-agent`) or a `module:attr` path (see
-    `agents.entry`). Budgets: `max_tokens` and `max_cost` (USD) per agent,
+    `agents.protocol`). Budgets: `max_tokens` and `max_cost` (USD) per agent,
     `run_max_tokens` and `run_max_cost` for all agents together, priced from `prices`
     (a JSON file, see `_prices`) over the built-in table. When `stop` is set the agents
     stop at their next step and the run ends partial; `resume` continues run `run_id`
@@ -328,9 +329,12 @@ async def run_tasks(
     specs = models_per_agent(model, tasks)
     table = load_prices(prices)
     try:
-        agent_fn = None if agent == "builtin" else load_agent(agent)
+        loaded = load_agent(agent)
     except LookupError as e:
         raise ValueError(str(e)) from e
+    # The built-in agent is steered between its steps (the LLM supervisor, budgets,
+    # interrupts), so the run keeps hold of its CodingAgent; any other agent is awaited.
+    agent_fn = None if loaded is builtin else loaded
     if agent_fn is not None and supervisor.startswith("llm:"):
         raise ValueError("the LLM supervisor steers the builtin agent only; use "
                          "--supervisor conflict-guard or none with another agent")
@@ -400,18 +404,17 @@ async def run_tasks(
                     return coord.scopes[name]  # continues from its last effect
                 return await coord.root.fork(name)
 
-            workers: list[CodingAgent | _External] = [
-                CodingAgent(
-                    coord, await scope_of(name),
-                    ModelCaller(coord, providers[spec], attempts=retries),
-                    _task_text(name, task, team), max_steps=max_steps,
-                ) if agent_fn is None else _External(
-                    agent_fn, coord, await scope_of(name), _task_text(name, task, team),
-                    provider=providers[spec], max_steps=max_steps, max_tokens=max_tokens,
-                    retries=retries,
-                )
-                for (name, task), spec in zip(team, specs, strict=True)
-            ]
+            workers: list[CodingAgent | _External] = []
+            for (name, task), spec in zip(team, specs, strict=True):
+                ctx = AgentContext(
+                    coord, await scope_of(name), _task_text(name, task, team),
+                    providers[spec],
+                    # The builtin agent's token budget is the run's `Budgets`, which
+                    # stops it between steps like the cost budgets.
+                    Budget(max_steps, max_tokens if agent_fn is not None else None, retries),
+                    name=name, teammates=tuple(n for n, _ in team if n != name))
+                workers.append(CodingAgent.from_context(ctx) if agent_fn is None
+                               else _External(agent_fn, ctx))
             for w, spec in zip(workers, specs, strict=True):
                 base = await coord.io(spent_on, coord.trace, w.scope.head, w.name)
                 budgets.track(w.name, spec, base,
@@ -565,13 +568,13 @@ def _merge_message(run_id: str, merged: Sequence[str], tasks: dict[str, str],
 
 
 class _External:
-    """An agent of the `corral.agents` group, driven like a CodingAgent (no LLM supervisor).
+    """Any other `Agent`, driven like a CodingAgent (no LLM supervisor).
     It has no step boundary of its own: an interrupt cancels it (its effects so far are in
     the trace) and it ends "stopped"."""
 
-    def __init__(self, fn: AgentFn, coord: Coordinator, scope: Scope, task: str,
-                 **options: Any) -> None:
-        self.fn, self.coord, self.scope, self.task, self.options = fn, coord, scope, task, options
+    def __init__(self, agent: Agent, ctx: AgentContext) -> None:
+        self.agent, self.ctx = agent, ctx
+        self.coord, self.scope = ctx.coord, ctx.scope
         self._task: asyncio.Task[AgentResult] | None = None
         self.interrupted = False
 
@@ -587,8 +590,7 @@ class _External:
     async def run(self) -> AgentResult:
         if self.interrupted:
             return await self._stopped()
-        self._task = asyncio.ensure_future(self.fn(self.coord, self.scope, self.task,
-                                                   **self.options))
+        self._task = asyncio.ensure_future(self.agent(self.ctx))
         try:
             return await self._task
         except asyncio.CancelledError:
