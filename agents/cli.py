@@ -262,11 +262,11 @@ def model_server_cmd(
     demos; point --base-url at it) until interrupted."""
     import contextlib
 
-    from agents.model_server import ScriptedModelServer, _load_script
+    from agents.model_server import ScriptedModelServer, read_scripts
 
     async def serve() -> None:
         server = ScriptedModelServer(host=host, port=port, block_size=block_size)
-        for model, steps in (_load_script(script) if script else {}).items():
+        for model, steps in (read_scripts(script) if script else {}).items():
             server.script(model, steps)
         async with server:
             print(f"OpenAI base_url {server.base_url}", flush=True)

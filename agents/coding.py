@@ -38,7 +38,7 @@ from coordinator import (
 
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import Transcript, transcript_at
-from .protocol import AgentContext, AgentResult, AgentStatus
+from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
     ChatMessage,
     ModelError,
@@ -425,14 +425,7 @@ class CodingAgent:
 
     async def patch(self) -> str:
         """`git diff` of the scope's head tree against its base (the fork point by default)."""
-        trace = self.coord.trace
-        base, head = self.base or self.scope.fork_point, self.scope.head
-
-        def diff() -> str:
-            old, new = trace.commit(base).tree, trace.commit(head).tree
-            return old.diff_to_tree(new).patch or ""
-
-        return await self.coord.io(diff)
+        return await scope_patch(self.coord, self.scope, self.base)
 
 
 def _clip(text: str) -> str:

@@ -39,7 +39,7 @@ from ._miniswe_protocols import (
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import transcript_at
 from .entry import with_old_call_form
-from .protocol import AgentContext, AgentResult, AgentStatus
+from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
     AssistantMessage,
     ModelError,
@@ -126,10 +126,7 @@ class MiniSweAgent:
 
     async def patch(self) -> str:
         """`git diff` of the scope's head against its fork point."""
-        trace = self.coord.trace
-        base, head = self.scope.fork_point, self.scope.head
-        return await self.coord.io(
-            lambda: trace.commit(base).tree.diff_to_tree(trace.commit(head).tree).patch or "")
+        return await scope_patch(self.coord, self.scope)
 
     # -- called on the loop by the agent's thread -----------------------------------------
 

@@ -36,6 +36,7 @@ __all__ = [
     "Budget",
     "agent_names",
     "load_agent",
+    "scope_patch",
 ]
 
 AGENT_GROUP = "corral.agents"
@@ -102,6 +103,18 @@ class Agent(Protocol):
     """An agent: `await agent(ctx)` does the task and returns what it came to."""
 
     def __call__(self, ctx: AgentContext) -> Awaitable[AgentResult]: ...
+
+
+async def scope_patch(coord: Coordinator, scope: Scope, base: str | None = None) -> str:
+    """The patch an `AgentResult` carries: `git diff` of the scope's head tree against
+    `base` (default: the scope's fork point)."""
+    trace, old_id, new_id = coord.trace, base or scope.fork_point, scope.head
+
+    def diff() -> str:
+        old, new = trace.commit(old_id).tree, trace.commit(new_id).tree
+        return old.diff_to_tree(new).patch or ""
+
+    return await coord.io(diff)
 
 
 def agent_names() -> list[str]:

@@ -52,7 +52,7 @@ from ._model_effects import ModelCaller
 from ._prices import Budgets, PriceTable, Spent, load_prices, spent_on
 from .coding import CodingAgent
 from .entry import builtin
-from .protocol import Agent, AgentContext, AgentResult, Budget, load_agent
+from .protocol import Agent, AgentContext, AgentResult, Budget, load_agent, scope_patch
 from .providers import Provider, provider_from_spec
 from .runs import AgentLine, RunRecord, RunStatus, read_record, resume_command, write_record
 from .supervisor import LLMSupervisor, run_to_rest
@@ -602,15 +602,10 @@ class _External:
             self._task = None
 
     async def _stopped(self) -> AgentResult:
-        trace, scope = self.coord.trace, self.scope
-
-        def diff() -> str:
-            old, new = trace.commit(scope.fork_point).tree, trace.commit(scope.head).tree
-            return old.diff_to_tree(new).patch or ""
-
-        s = await self.coord.io(spent_on, trace, scope.head, scope.name)
+        scope = self.scope
+        s = await self.coord.io(spent_on, self.coord.trace, scope.head, scope.name)
         return AgentResult(self.name, "stopped", INTERRUPTED, 0, s.prompt, s.cached,
-                           s.completion, 0, await self.coord.io(diff), scope.head)
+                           s.completion, 0, await scope_patch(self.coord, scope), scope.head)
 
 
 async def _drive(
