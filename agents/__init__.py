@@ -33,7 +33,8 @@ from ._transcript import Transcript, step_commit, transcript_at
 from .coding import SYSTEM_PROMPT, TOOLS, CodingAgent
 from .protocol import Agent, AgentContext, AgentResult, AgentStatus, Budget, agent_names, load_agent
 from .replay import Changes, ReplayProvider, ReplayReport, replay
-from .run import RunReport, run_tasks
+from .run import run_tasks
+from .run_report import RunReport
 from .scripted_agent import Delete, Patch, Run, ScriptedAgent, Send, Step, Write
 from .supervisor import LLMSupervisor
 

@@ -134,13 +134,8 @@ def run_cmd(
     Ctrl-C stops the agents at their next step and leaves the work so far; --resume
     continues it."""
     from agents.providers import ModelError
-    from agents.run import (
-        default_state,
-        new_run_id,
-        render_report,
-        resume_options,
-        run_with_progress,
-    )
+    from agents.run_input import default_state, new_run_id, resume_options
+    from agents.run_view import render_report, run_with_progress
     from agents.runs import read_record, resume_command
 
     out = err if json_flag else console
