@@ -214,3 +214,19 @@ def test_the_checks_see_what_they_guard(tmp_path: Path) -> None:
         "pkg.b:2: from coordinator._trace import Trace",
         "pkg.sub.d:2: from sandboxes import _exec"]
     assert [str(i) for i in bench_imports(pkg, "pkg")] == ["pkg.sub.d:1: import bench.cli"]
+
+
+def test_modules_and_functions_stay_readable() -> None:
+    """No module of agents/ passes 500 lines and no function 80 (STYLE: a longer one is
+    usually two concepts)."""
+    long = []
+    for name, path in modules(PACKAGE, "agents").items():
+        text = path.read_text()
+        if text.count("\n") > 500:
+            long.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > 80:
+                    long.append(f"{name}.{node.name}: {size} lines")
+    assert not long, "too long:\n" + "\n".join(long)
