@@ -33,6 +33,7 @@ from .cli_shared import (
     fail,
     print_error,
 )
+from .plugins import load_plugin
 from .records._effects import Effect, ExecOutcome
 from .records._errors import CorralError
 from .store._malloc import one_arena
@@ -417,11 +418,14 @@ def load_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> list[str]:
     skipped = []
     for ep in found:
         try:
-            ep.load()(root)
+            register = load_plugin(group, ep.name, what="commands")
+            register(root)  # type: ignore[operator]
         except Exception as e:  # any failure of third-party code: report, keep the rest
+            why = e.__cause__ if isinstance(e, LookupError) and e.__cause__ else e
             skipped.append(ep.name)
             err.print(f"[yellow]warning:[/] the {ep.name!r} commands ({ep.value}) are "
-                      f"unavailable: {type(e).__name__}: {e}", highlight=False, soft_wrap=True)
+                      f"unavailable: {type(why).__name__}: {why}", highlight=False,
+                      soft_wrap=True)
     return skipped
 
 

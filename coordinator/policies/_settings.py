@@ -17,16 +17,15 @@ agent's, and a commit on root would be inherited by every fork and merged with t
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandboxes import Limits
 
+from ..plugins import load_plugin, plugin_names
 from ..records._effects import Decision, Intent
 from ..records._errors import StateError
 from ._chain import Policy, View, policy_name
@@ -139,6 +138,7 @@ def vars_of(limits: Limits) -> dict[str, object]:
 
 BUILTIN_POLICIES = ("conflict-guard",)
 """Policy names `load_policy` knows without an entry point."""
+POLICY_GROUP = "corral.policies"
 
 
 def load_policy(spec: str) -> Policy:
@@ -157,24 +157,11 @@ def load_policy(spec: str) -> Policy:
                           "policy chain (corral run --supervisor, corral bench), not a policy; "
                           "give conflict-guard, an entry point of corral.policies or "
                           "module:attr")
-    if ":" in spec:
-        module, _, attr = spec.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as e:
-            raise LookupError(f"cannot load policy {spec!r}: {e}") from e
-    else:
-        found = [ep for ep in entry_points(group="corral.policies") if ep.name == spec]
-        if not found:
-            names = sorted({*BUILTIN_POLICIES,
-                            *(ep.name for ep in entry_points(group="corral.policies"))})
-            raise LookupError(
-                f"no policy {spec!r}: known names are {', '.join(names)} (entry point group "
-                "corral.policies); or give module:attr"
-            )
-        obj = found[0].load()
+    if ":" not in spec and spec not in plugin_names(POLICY_GROUP):
+        names = sorted({*BUILTIN_POLICIES, *plugin_names(POLICY_GROUP)})
+        raise LookupError(f"no policy {spec!r}: known names are {', '.join(names)} (entry "
+                          f"point group {POLICY_GROUP}); or give module:attr")
+    obj = load_plugin(POLICY_GROUP, spec, what="policy")
     if not callable(obj):
         raise LookupError(f"policy {spec!r} is not callable")
     return obj  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 from pydantic import ValidationError
 
 from ..control._coordinator import Coordinator
+from ..plugins import load_plugin, plugin_names
 from ..policies._gate import HumanGate
 from ..records._errors import (
     CorralError,
@@ -246,14 +247,14 @@ the coordinator never imports agents."""
 
 
 def _extensions(app: web.Application) -> list[Route]:
-    from importlib.metadata import entry_points
-
     routes: list[Route] = []
-    for ep in entry_points(group=EXTENSION_GROUP):
+    for name in plugin_names(EXTENSION_GROUP):
         try:
-            routes.extend(ep.load()(app))
-        except ImportError as e:  # an optional extra that is not installed
-            log.warning("server extension %s not loaded: %s", ep.name, e)
+            mount = load_plugin(EXTENSION_GROUP, name, what="server extension")
+        except LookupError as e:  # an optional extra that is not installed
+            log.warning("server extension %s not loaded: %s", name, e)
+            continue
+        routes.extend(mount(app))  # type: ignore[operator]
     return routes
 
 
