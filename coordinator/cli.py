@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import errno
 import json
+import os
 import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -38,6 +39,9 @@ from .records._effects import Effect, ExecOutcome
 from .records._errors import CorralError
 from .store._malloc import one_arena
 from .store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry
+
+if TYPE_CHECKING:
+    from .policies._settings import Settings
 
 COMMANDS_GROUP = "corral.commands"
 
@@ -322,44 +326,12 @@ def serve(
     recorded when it is made, enforced by every entrance that opens it. With none of their
     options given, the recorded ones apply; options that differ from them are refused
     unless --change-settings, which records the change (`corral trace settings`)."""
-    import os
-
-    from sandboxes import parse_limits
-
-    from .policies._gate import GateRule
-    from .policies._settings import DEFER_TIMEOUT_S, Settings, load_policy
     from .server._app import run_server
     from .server._hub import ServerConfig
 
-    token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
-    if admin_token_file is not None:
-        try:
-            token = admin_token_file.read_text().strip() or None
-        except OSError as e:
-            fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
-    print_token = False
-    if token is None:
-        token, print_token = _state_admin_token(state)
-        if not print_token:
-            err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
-    given = (policy, guard, gate, gate_timeout, defer_timeout, toolchain, limit)
-    settings: Settings | None = None
-    try:
-        for p in policy or []:
-            load_policy(p)  # a bad name fails here, before the state is opened
-        if any(v is not None for v in given):
-            settings = Settings(
-                policies=(*(["conflict-guard"] if guard is not False else []), *(policy or [])),
-                gate=tuple(str(GateRule.parse(g)) for g in gate or []), gate_timeout=gate_timeout,
-                exec_limits=parse_limits(limit or []),
-                toolchain=tuple(t.resolve() for t in toolchain or ()),
-                defer_timeout=defer_timeout if defer_timeout is not None else DEFER_TIMEOUT_S)
-        elif change_settings:
-            fail("--change-settings changes nothing without the settings to record "
-                 "(--policy, --guard/--no-guard, --gate, --limit, --toolchain, timeouts)")
-    except (LookupError, ValueError) as e:
-        fail(str(e))
-        return
+    token, print_token = _admin_token(admin_token_file, state)
+    settings = _settings_given(policy, guard, gate, gate_timeout, defer_timeout, toolchain,
+                               limit, change_settings)
     config = ServerConfig(
         state=state, repo=repo, base=base, backend=backend, admin_token=token,
         max_body=max_body, body_timeout=body_timeout, settings=settings,
@@ -374,6 +346,52 @@ def serve(
             fail(f"cannot listen on {host}:{port}: {os.strerror(e.errno).lower()} "
                   "(pick another --port, or --port 0 for any free one)")
         raise
+
+
+def _admin_token(admin_token_file: Path | None, state: Path) -> tuple[str, bool]:
+    """The admin token `serve` uses, and whether to print it (a new one)."""
+    token = os.environ.get("CORRAL_ADMIN_TOKEN") or None
+    if admin_token_file is not None:
+        try:
+            token = admin_token_file.read_text().strip() or None
+        except OSError as e:
+            fail(f"cannot read --admin-token-file {admin_token_file}: {e.strerror}")
+    if token is not None:
+        return token, False
+    token, made = _state_admin_token(state)
+    if not made:
+        err.print(f"admin token: the one kept in {state / ADMIN_TOKEN_FILE}")
+    return token, made
+
+
+def _settings_given(policy: list[str] | None, guard: bool | None, gate: list[str] | None,
+                    gate_timeout: float | None, defer_timeout: float | None,
+                    toolchain: list[Path] | None, limit: list[str] | None,
+                    change_settings: bool) -> Settings | None:
+    """The settings `serve`'s options say, or None when they say none (the state's
+    recorded ones apply). A bad policy name or limit fails here, before anything opens."""
+    from sandboxes import parse_limits
+
+    from .policies._gate import GateRule
+    from .policies._settings import DEFER_TIMEOUT_S, Settings, load_policy
+
+    given = (policy, guard, gate, gate_timeout, defer_timeout, toolchain, limit)
+    try:
+        for p in policy or []:
+            load_policy(p)
+        if any(v is not None for v in given):
+            return Settings(
+                policies=(*(["conflict-guard"] if guard is not False else []), *(policy or [])),
+                gate=tuple(str(GateRule.parse(g)) for g in gate or []), gate_timeout=gate_timeout,
+                exec_limits=parse_limits(limit or []),
+                toolchain=tuple(t.resolve() for t in toolchain or ()),
+                defer_timeout=defer_timeout if defer_timeout is not None else DEFER_TIMEOUT_S)
+    except (LookupError, ValueError) as e:
+        fail(str(e))
+    if change_settings:
+        fail("--change-settings changes nothing without the settings to record "
+             "(--policy, --guard/--no-guard, --gate, --limit, --toolchain, timeouts)")
+    return None
 
 
 ADMIN_TOKEN_FILE = "admin-token"

@@ -19,6 +19,10 @@ Warm sandboxes need what the cgroup needs (root and a writable memory+pids
 hierarchy) and a Python 3 interpreter the sandbox can see; where either is
 missing `available()` says why and the caller runs the command cold
 (`run_isolated`: a new bubblewrap per command, same view and limits).
+
+Over 500 lines: the pool, its slots, the launcher's protocol on the host side
+and their cleanup are one lifecycle (a slot is made, lent, recycled and reaped
+together); split, each half would need the other's invariants to be read.
 """
 
 from __future__ import annotations

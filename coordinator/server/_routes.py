@@ -1,4 +1,8 @@
-"""The HTTP handlers of the JSON API (prefix /v1) and the table that routes them."""
+"""The HTTP handlers of the JSON API (prefix /v1) and the table that routes them.
+
+Over 500 lines: one short handler per route of the API, beside the table that
+maps them, so the whole API surface is read in one file.
+"""
 
 from __future__ import annotations
 

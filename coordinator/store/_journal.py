@@ -27,6 +27,10 @@ opens the trace replays the journal read-only, so it sees every acknowledged
 effect too; plain `git` sees the trace as of the last checkpoint (at most
 `JournalBounds.checkpoint_s` old while effects flow, exact once the
 coordinator closes).
+
+Over 500 lines: the record format, the replay at open, the append path and the
+checkpoint share one lock and one set of invariants (what is durable when),
+and are read together when any of them changes.
 """
 
 from __future__ import annotations

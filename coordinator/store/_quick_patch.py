@@ -199,30 +199,10 @@ def apply_quick(
     out: list[QuickFile] = []
     refusal: Refusal | None = None
     while i < len(lines):
-        mode_line: bytes | None = None
-        if lines[i].startswith(b"diff --git "):
-            m = re.fullmatch(rb"diff --git a/(\S+) b/(\S+)\n", lines[i])
-            if not m or m.group(1) != m.group(2):
-                return None
-            git_path: bytes | None = m.group(1)
-            i += 1
-            if i < len(lines) and lines[i].startswith(b"index "):
-                found = _INDEX.fullmatch(lines[i].rstrip(b"\n"))
-                if found is None or not lines[i].endswith(b"\n"):
-                    return None
-                mode_line = found.group(1)
-                i += 1
-        elif i == 0:
-            git_path = None  # the bare form: only at the start, one file
-        else:
+        section = _file_header(lines, i)
+        if section is None:
             return None
-        if i + 1 >= len(lines):
-            return None
-        old, new = _name(lines[i], b"--- a/"), _name(lines[i + 1], b"+++ b/")
-        if old is None or old != new or (git_path is not None and old != git_path):
-            return None
-        i += 2
-        path = old.decode()
+        path, mode_line, i = section
         if path in seen:
             return None  # git applies a second section to the first one's result
         seen.add(path)
@@ -243,36 +223,10 @@ def apply_quick(
             old_start, new_start = int(header.group(1)), int(header.group(3))
             old_left = 1 if header.group(2) is None else int(header.group(2))
             new_left = 1 if header.group(4) is None else int(header.group(4))
-            i += 1
-            pre: list[bytes] = []
-            post: list[bytes] = []
-            changed = trailing = 0
-            while old_left or new_left:
-                if i >= len(lines):
-                    return None
-                line = lines[i]
-                tag = line[:1]
-                if tag in (b" ", b"\n"):
-                    body = line[1:] if tag == b" " else b"\n"
-                    pre.append(body)
-                    post.append(body)
-                    old_left, new_left = old_left - 1, new_left - 1
-                    trailing += 1
-                elif tag == b"-":
-                    pre.append(line[1:])
-                    old_left -= 1
-                    changed, trailing = changed + 1, 0
-                elif tag == b"+":
-                    post.append(line[1:])
-                    new_left -= 1
-                    changed, trailing = changed + 1, 0
-                else:
-                    return None  # '\\' markers and anything else: git's business
-                if old_left < 0 or new_left < 0:
-                    return None
-                i += 1
-            if not changed:
+            body = _hunk_body(lines, i + 1, old_left, new_left)
+            if body is None:
                 return None
+            pre, post, trailing, i = body
             pos = new_start - 1 if new_start else 0
             at_start = old_start == 0 or (old_start == 1 and not unidiff_zero)
             at_end = not unidiff_zero and trailing == 0
@@ -296,3 +250,66 @@ def apply_quick(
         # git checks every file of a patch and reports each failure: one file only
         return refusal if len(seen) == 1 else None
     return sorted(out) if seen else None
+
+
+def _file_header(lines: list[bytes], i: int) -> tuple[str, bytes | None, int] | None:
+    """(path, the index line's mode or None, where its hunks start) of the file section
+    at line `i`, in the one form handled here (None for anything else)."""
+    mode_line: bytes | None = None
+    if lines[i].startswith(b"diff --git "):
+        m = re.fullmatch(rb"diff --git a/(\S+) b/(\S+)\n", lines[i])
+        if not m or m.group(1) != m.group(2):
+            return None
+        git_path: bytes | None = m.group(1)
+        i += 1
+        if i < len(lines) and lines[i].startswith(b"index "):
+            found = _INDEX.fullmatch(lines[i].rstrip(b"\n"))
+            if found is None or not lines[i].endswith(b"\n"):
+                return None
+            mode_line = found.group(1)
+            i += 1
+    elif i == 0:
+        git_path = None  # the bare form: only at the start, one file
+    else:
+        return None
+    if i + 1 >= len(lines):
+        return None
+    old, new = _name(lines[i], b"--- a/"), _name(lines[i + 1], b"+++ b/")
+    if old is None or old != new or (git_path is not None and old != git_path):
+        return None
+    return old.decode(), mode_line, i + 2
+
+
+def _hunk_body(lines: list[bytes], i: int, old_left: int, new_left: int
+               ) -> tuple[list[bytes], list[bytes], int, int] | None:
+    """(the lines the hunk expects, the lines it leaves, how many context lines end it,
+    where the next line starts) for the body at line `i`; None when it is not a plain
+    body that changes something."""
+    pre: list[bytes] = []
+    post: list[bytes] = []
+    changed = trailing = 0
+    while old_left or new_left:
+        if i >= len(lines):
+            return None
+        line = lines[i]
+        tag = line[:1]
+        if tag in (b" ", b"\n"):
+            body = line[1:] if tag == b" " else b"\n"
+            pre.append(body)
+            post.append(body)
+            old_left, new_left = old_left - 1, new_left - 1
+            trailing += 1
+        elif tag == b"-":
+            pre.append(line[1:])
+            old_left -= 1
+            changed, trailing = changed + 1, 0
+        elif tag == b"+":
+            post.append(line[1:])
+            new_left -= 1
+            changed, trailing = changed + 1, 0
+        else:
+            return None  # '\\' markers and anything else: git's business
+        if old_left < 0 or new_left < 0:
+            return None
+        i += 1
+    return (pre, post, trailing, i) if changed else None
