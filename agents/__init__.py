@@ -31,7 +31,16 @@ of the request; `read_scripts` reads a script file.
 from ._model_effects import ModelBlocked, ModelCaller, ModelResult, canonical
 from ._transcript import Transcript, step_commit, transcript_at
 from .coding import SYSTEM_PROMPT, TOOLS, CodingAgent
-from .protocol import Agent, AgentContext, AgentResult, AgentStatus, Budget, agent_names, load_agent
+from .protocol import (
+    Agent,
+    AgentContext,
+    AgentResult,
+    AgentStatus,
+    Budget,
+    agent_names,
+    load_agent,
+    scope_patch,
+)
 from .replay import Changes, ReplayProvider, ReplayReport, replay
 from .run import run_tasks
 from .run_report import RunReport
@@ -68,6 +77,7 @@ __all__ = [
     "load_agent",
     "replay",
     "run_tasks",
+    "scope_patch",
     "step_commit",
     "transcript_at",
 ]
