@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
 from coordinator import ConflictGuard, CorralError, Environment, Policy, Settings
+from coordinator.store import open_checkout
 
 from ._prices import PriceTable
 from .runs import read_record
@@ -94,11 +93,7 @@ def check_run(repo: str | Path, tasks: Sequence[str], models: str | Sequence[str
     models_per_agent(models, tasks)
     parse_supervisor(supervisor)
     path = Path(repo)
-    try:
-        git = pygit2.Repository(str(path))
-    except pygit2.GitError as e:
-        raise CorralError(f"{path} is not a git repository", cause=e) from e
-    if git.head_is_unborn:
+    if open_checkout(path).unborn:
         raise CorralError(f"{path} has no commit yet: corral run starts from HEAD")
     dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain",
                             "--untracked-files=no"], capture_output=True, text=True).stdout
@@ -121,10 +116,7 @@ def task_text(name: str, task: str, team: Sequence[tuple[str, str]]) -> str:
 
 def default_state(repo: Path, run_id: str) -> Path:
     """Inside the repository's git directory: kept with the repository, out of its tree."""
-    try:
-        git_dir = Path(pygit2.Repository(str(repo)).path)
-    except pygit2.GitError as e:
-        raise CorralError(f"{repo} is not a git repository", cause=e) from e
+    git_dir = open_checkout(repo).git_dir
     return git_dir / "corral" / "runs" / run_id
 
 

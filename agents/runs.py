@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-import pygit2
 import typer
 from pydantic import BaseModel, ConfigDict
 
 from coordinator import CorralError
+from coordinator.store import open_checkout
 
 __all__ = [
     "AgentLine",
@@ -113,11 +113,7 @@ class RunRecord(BaseModel):
 
 def runs_dir(repo: str | Path) -> Path:
     """`<git dir>/corral/runs` of the repository at `repo`. Raises CorralError."""
-    try:
-        git_dir = Path(pygit2.Repository(str(repo)).path)
-    except pygit2.GitError as e:
-        raise CorralError(f"{repo} is not a git repository", cause=e) from e
-    return git_dir / "corral" / "runs"
+    return open_checkout(repo).git_dir / "corral" / "runs"
 
 
 def write_record(record: RunRecord) -> None:

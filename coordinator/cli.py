@@ -259,55 +259,66 @@ def trace_settings(
         commit = str(c.parent_ids[0]) if c.parent_ids else None
 
 
+# serve's longer options, named so its signature reads as a list
+_PolicyOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--policy", help="A policy: entry point name (corral.policies) or "
+                 "module:attr. Repeatable; asked in order after the conflict guard."),
+]
+_GateOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--gate", help="Hold intents at the human gate: KIND or KIND:GLOB "
+                 "(e.g. exec, 'fs.write:src/*'). Repeatable."),
+]
+_AdminTokenFileOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
+                 "else the one kept in STATE/admin-token, made and printed on first "
+                 "use)."),
+]
+_ToolchainOpt = Annotated[
+    Optional[list[Path]],  # noqa: UP045
+    typer.Option(help="A host directory commands see read-only, its bin/ first on "
+                 "their PATH (a virtualenv, a toolchain). Repeatable."),
+]
+_LimitOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(help="Raise (or lower) an exec limit: NAME=VALUE with NAME one of "
+                 "timeout_max, processes, memory, output, file_size, layer, tmp, "
+                 "open_files; sizes take K, M, G (e.g. memory=8G). Repeatable."),
+]
+_DeferTimeoutOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(help="Block a deferred intent whose scope has not merged after this "
+                 "many seconds (default 600)."),
+]
+_GateTimeoutOpt = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(help="Block a held intent nobody answered after this many seconds."),
+]
+_RepoOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(help="Repository to snapshot (needed only for a new state directory)."),
+]
+
+
 @app.command()
 def serve(
     state: StateOpt = Path(".corral"),
-    repo: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Repository to snapshot (needed only for a new state directory)."),
-    ] = None,
+    repo: _RepoOpt = None,
     base: Annotated[str, typer.Option(help="Commit of --repo to start from.")] = "HEAD",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = (
         "127.0.0.1"),
     port: Annotated[int, typer.Option(help="TCP port (0: any free port).")] = 8765,
-    policy: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--policy", help="A policy: entry point name (corral.policies) or "
-                     "module:attr. Repeatable; asked in order after the conflict guard."),
-    ] = None,
+    policy: _PolicyOpt = None,
     guard: Annotated[Optional[bool], typer.Option(  # noqa: UP045
         "--guard/--no-guard", help="Run the conflict guard first (default: on).")] = None,
-    gate: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option("--gate", help="Hold intents at the human gate: KIND or KIND:GLOB "
-                     "(e.g. exec, 'fs.write:src/*'). Repeatable."),
-    ] = None,
-    gate_timeout: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option(help="Block a held intent nobody answered after this many seconds."),
-    ] = None,
-    defer_timeout: Annotated[
-        Optional[float],  # noqa: UP045
-        typer.Option(help="Block a deferred intent whose scope has not merged after this "
-                     "many seconds (default 600)."),
-    ] = None,
-    admin_token_file: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="Read the admin token from this file (else $CORRAL_ADMIN_TOKEN, "
-                     "else the one kept in STATE/admin-token, made and printed on first "
-                     "use)."),
-    ] = None,
-    toolchain: Annotated[
-        Optional[list[Path]],  # noqa: UP045
-        typer.Option(help="A host directory commands see read-only, its bin/ first on "
-                     "their PATH (a virtualenv, a toolchain). Repeatable."),
-    ] = None,
-    limit: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(help="Raise (or lower) an exec limit: NAME=VALUE with NAME one of "
-                     "timeout_max, processes, memory, output, file_size, layer, tmp, "
-                     "open_files; sizes take K, M, G (e.g. memory=8G). Repeatable."),
-    ] = None,
+    gate: _GateOpt = None,
+    gate_timeout: _GateTimeoutOpt = None,
+    defer_timeout: _DeferTimeoutOpt = None,
+    admin_token_file: _AdminTokenFileOpt = None,
+    toolchain: _ToolchainOpt = None,
+    limit: _LimitOpt = None,
     max_body: Annotated[int, typer.Option(help="Largest request body in bytes (413 beyond).")] = (
         8 * 1024 * 1024),
     body_timeout: Annotated[float, typer.Option(

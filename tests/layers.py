@@ -2,7 +2,9 @@
 layering tests of every package (tests/<package>/test_layers.py).
 
 Every import counts: at module level, inside functions, and under
-`if TYPE_CHECKING:` (a type-only import is still an arrow a reader follows).
+`if TYPE_CHECKING:` (a type-only import is still an arrow a reader follows); only
+an `if __name__ == "__main__":` block is left out (it runs as `__main__`, never
+as the module a circle would pass through).
 A module is named by its dotted path (`coordinator.store._trace`); an import
 of a name from a package (`from coordinator import Scope`) is an arrow to the
 package's face (`coordinator`), an import of a submodule (`from . import
@@ -20,11 +22,12 @@ PACKAGES = ("sandboxes", "coordinator", "agents", "bench")
 """Bottom up: each may import only those before it."""
 
 
-def modules(package: str) -> dict[str, Path]:
-    """Every module of `package`, by dotted name (a package by its own name)."""
+def modules(package: str, root: Path = ROOT) -> dict[str, Path]:
+    """Every module of `package` (a folder of `root`), by dotted name (a package by
+    its own name)."""
     found = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -39,11 +42,29 @@ def _target(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
+def _main_block(node: ast.AST) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                    for c in node.test.comparators))
+
+
+def _nodes(path: Path) -> list[ast.AST]:
+    """Every node of the module at `path`, but those of `if __name__ == "__main__":`."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [ast.parse(path.read_text(), str(path))]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo.extend(child for child in ast.iter_child_nodes(node) if not _main_block(child))
+    return out
+
+
 def imports(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     """The modules `module` (at `path`) imports, each resolved to the deepest
     module in `known` or, outside the project, to its top-level name."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -60,11 +81,11 @@ def imports(module: str, path: Path, known: Mapping[str, Path]) -> set[str]:
     return found
 
 
-def graph(packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
+def graph(packages: Iterable[str] = PACKAGES, root: Path = ROOT) -> dict[str, set[str]]:
     """module -> the modules it imports, for every module of `packages`."""
     known: dict[str, Path] = {}
-    for package in PACKAGES:
-        known.update(modules(package))
+    for package in {*PACKAGES, *packages}:
+        known.update(modules(package, root))
     return {m: imports(m, p, known) for m, p in known.items()
             if m.split(".")[0] in set(packages)}
 
@@ -92,12 +113,12 @@ def cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:
     return None
 
 
-def private_imports(package: str) -> list[str]:
+def private_imports(package: str, root: Path = ROOT) -> list[str]:
     """`module -> name` for each import by `package` of another project package's
     private module or name (a part starting with `_`)."""
     found = []
-    for module, path in modules(package).items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for module, path in modules(package, root).items():
+        for node in _nodes(path):
             if isinstance(node, ast.Import):
                 targets = [(a.name, None) for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
@@ -114,8 +135,8 @@ def private_imports(package: str) -> list[str]:
     return found
 
 
-def upward(package: str) -> list[str]:
+def upward(package: str, root: Path = ROOT) -> list[str]:
     """`module -> module` for each import by `package` of a package above it."""
-    above = set(PACKAGES[PACKAGES.index(package) + 1:])
-    return [f"{m} -> {d}" for m, deps in graph([package]).items() for d in sorted(deps)
+    above = set(PACKAGES[PACKAGES.index(package) + 1:]) if package in PACKAGES else set()
+    return [f"{m} -> {d}" for m, deps in graph([package], root).items() for d in sorted(deps)
             if d.split(".")[0] in above]
