@@ -45,3 +45,20 @@ def test_results_page_is_generated_from_the_reports(tmp_path: Path) -> None:
     assert "| commit | cores | kernel | filesystem | load before | load after |" in page
     assert "| 10MB | fork |" in page
     assert page == (ROOT / "docs" / "results.md").read_text()
+
+
+def test_the_architecture_page_draws_the_folders_there_are() -> None:
+    """docs/architecture.md's picture of coordinator/ names exactly its subpackages, in
+    the layering test's order (top first), and the modules at its top."""
+    from tests.coordinator.test_layers import LAYERS
+
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    picture = page.split("<!-- layers:", 1)[1].split("```", 2)[1]
+    lines = [line for line in picture.splitlines() if line.strip()]
+    assert lines[0] == "coordinator/"
+    drawn = [line.split()[0].rstrip("/") for line in lines[2:]]
+    folders = sorted(p.name for p in (ROOT / "coordinator").iterdir()
+                     if (p / "__init__.py").exists())
+    assert drawn == list(reversed(LAYERS)) and sorted(drawn) == folders
+    top = {p.name for p in (ROOT / "coordinator").glob("*.py")}
+    assert {w for w in lines[1].split() if w.endswith(".py")} == top
