@@ -34,6 +34,7 @@ actions), `server` (HTTP). See docs/architecture.md.
 """
 
 from .control._coordinator import Coordinator
+from .control._cut import Cut, MemberCut
 from .policies._chain import (
     ABSTAINED,
     Policy,
@@ -117,6 +118,7 @@ __all__ = [
     "ConflictGuard",
     "ControlAction",
     "Coordinator",
+    "Cut",
     "CorralError",
     "DiskFull",
     "Decision",
@@ -142,6 +144,7 @@ __all__ = [
     "MergeOutcome",
     "MergeResult",
     "MergeStrategy",
+    "MemberCut",
     "Message",
     "ModelCall",
     "ModelOutcome",

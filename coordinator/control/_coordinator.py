@@ -46,6 +46,7 @@ from ..scopes._runtime import Runtime, Settled
 from ..scopes._scope import Scope
 from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
+from ._cut import Cut, cut_names, fork_team, new_cut_name, read_cut, rewind_team, take_cut
 
 __all__ = ["Coordinator"]
 
@@ -357,3 +358,36 @@ class Coordinator:
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (git, files, mounts) on the coordinator's threads."""
         return await self.runtime.io(fn, *args, **kwargs)
+
+    # -- the team: consistent cuts --------------------------------------------------
+
+    async def cut(self, scopes: Sequence[Scope | str] | None = None, *,
+                  name: str | None = None) -> Cut:
+        """Every scope's head, inbox and pending intents (of `scopes`, default every
+        live one) at one moment in which no message is half sent, recorded as
+        `refs/corral/cuts/<name>` (default: the time and four hex digits). Raises
+        ScopeExists for a name taken, UnknownScope for a scope that is not live."""
+        chosen = (self.scopes.live() if scopes is None
+                  else [self.scope(s) if isinstance(s, str) else s for s in scopes])
+        return await take_cut(self.runtime, chosen, name or new_cut_name())
+
+    def cuts(self) -> list[str]:
+        """The names of the recorded cuts (a blocking read of the trace's refs)."""
+        return cut_names(self.trace)
+
+    async def read_cut(self, name: str) -> Cut:
+        """The cut recorded as `name`. Raises NotFound."""
+        return await self.io(read_cut, self.trace, name)
+
+    async def fork_team(self, cut: Cut | str, prefix: str) -> list[Scope]:
+        """A scope `<prefix><member>` per member of `cut`, at its cut head with its cut
+        inbox (the team as it was, to run again). Raises NotFound, ScopeExists."""
+        found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
+        return await fork_team(self.scopes, found, prefix)
+
+    async def rewind_team(self, cut: Cut | str, *, reason: str = "") -> list[str]:
+        """Rewind every member of `cut` to its cut head and inbox, together (no member
+        acts in between), one supervisor decision per member caused by `cut:<name>`.
+        Returns the decisions' effect ids."""
+        found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
+        return await rewind_team(self.scopes, found, reason=reason)

@@ -153,11 +153,12 @@ class EffectPath:
         workspace never holds what its head does not."""
 
     async def perform(
-        self, intent: Intent, act: Act | InThread, *, cause: str | None = None
+        self, intent: Intent, act: Act | InThread, *, cause: str | None = None,
+        crossing: bool = False,
     ) -> Result:
         """`run` under the scope's lock."""
         async with self.lock:
-            return await self.run(intent, act, cause=cause)
+            return await self.run(intent, act, cause=cause, crossing=crossing)
 
     async def run(
         self,
@@ -167,11 +168,14 @@ class EffectPath:
         cause: str | None = None,
         parents: Sequence[str] | None = None,
         tree: str | None = None,
+        crossing: bool = False,
     ) -> Result:
         """Propose `intent`, decide, carry it out with `act` when allowed, commit
         (with `parents` and `tree` when given: a rewind, a merge) and return.
         The caller holds the lock. A failing act is recorded as a failed effect
-        and its exception raised again."""
+        and its exception raised again. `crossing`: the act changes another
+        scope (a message into its inbox), so a cut (`Runtime.quiesced`) must see
+        the act and this commit on the same side."""
         self._check_live()
         rt = self.rt
         # Backpressure: while the trace's journal is full (writers outran its
@@ -190,39 +194,13 @@ class EffectPath:
             todo = decision.rewritten if decision.verdict == "rewrite" else intent
             assert todo is not None
             given = ActInput(pending, todo, self.head, self)
+            if not crossing:
+                return await self._carry_out(pending, decision, given, act, parents, tree)
+            await rt.begin_act()  # a cut sees the act and its commit together, or neither
             try:
-                if isinstance(act, InThread):
-                    return await self._act_and_record(pending, decision, given, act, parents,
-                                                      tree)
-                done = await act(given)
-            except Exception as e:
-                await self.commit(
-                    pending.model_copy(
-                        update={"status": "failed", "decision": decision, "error": str(e)}
-                    )
-                )
-                raise
-            if isinstance(done, Refused):
-                # The second review's decision is the effect's, and the first
-                # one's reason (an approval at the gate, say) stays in it.
-                blocking = done.decision
-                if decision.reason:
-                    blocking = blocking.model_copy(update={
-                        "reason": f"{blocking.reason} (after: {decision.reason})"})
-                return await self.commit(pending.model_copy(update={
-                    "status": "blocked", "decision": blocking, "outcome": done.outcome,
-                    "intent": done.intent,
-                }))
-            outcome, changes = done
-            effect = pending.model_copy(
-                update={"status": "materialized", "decision": decision, "outcome": outcome}
-            )
-            try:
-                return await self.commit(effect, changes, parents=parents, tree=tree)
-            except Exception:
-                if self._restore is not None and changes:
-                    await self.rt.io(self._restore, given.head, changes)
-                raise
+                return await self._carry_out(pending, decision, given, act, parents, tree)
+            finally:
+                rt.end_act()
         finally:
             rt.pending.pop(pending.id, None)
 
@@ -302,6 +280,51 @@ class EffectPath:
                                             "reason": f"{again.reason}; {waited}, still deferred"})
         reason = "; ".join(r for r in (again.reason, waited) if r)
         return again.model_copy(update={"reason": reason})
+
+    async def _carry_out(
+        self,
+        pending: Effect,
+        decision: Decision,
+        given: ActInput,
+        act: Act | InThread,
+        parents: Sequence[str] | None,
+        tree: str | None,
+    ) -> Result:
+        """The world action of an allowed intent and its commit (a failure recorded as a
+        failed effect and raised again; the second review's refusal as blocked)."""
+        try:
+            if isinstance(act, InThread):
+                return await self._act_and_record(pending, decision, given, act, parents,
+                                                  tree)
+            done = await act(given)
+        except Exception as e:
+            await self.commit(
+                pending.model_copy(
+                    update={"status": "failed", "decision": decision, "error": str(e)}
+                )
+            )
+            raise
+        if isinstance(done, Refused):
+            # The second review's decision is the effect's, and the first
+            # one's reason (an approval at the gate, say) stays in it.
+            blocking = done.decision
+            if decision.reason:
+                blocking = blocking.model_copy(update={
+                    "reason": f"{blocking.reason} (after: {decision.reason})"})
+            return await self.commit(pending.model_copy(update={
+                "status": "blocked", "decision": blocking, "outcome": done.outcome,
+                "intent": done.intent,
+            }))
+        outcome, changes = done
+        effect = pending.model_copy(
+            update={"status": "materialized", "decision": decision, "outcome": outcome}
+        )
+        try:
+            return await self.commit(effect, changes, parents=parents, tree=tree)
+        except Exception:
+            if self._restore is not None and changes:
+                await self.rt.io(self._restore, given.head, changes)
+            raise
 
     async def _act_and_record(
         self,

@@ -16,8 +16,9 @@ environment adds its toolchain that way, for the run, unrecorded).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -75,9 +76,49 @@ class Runtime(Generic[S]):
         self.settings = settings if settings is not None else Settings()
         """What this coordinator enforces (the state's recorded settings): a frozen
         value, replaced whole (`with_settings`), never changed in place."""
+        self._acting = 0
+        """Effects between the start of their world action and their commit."""
+        self._barrier: asyncio.Future[None] | None = None
+        """Raised by `quiesced` (a cut): no world action starts until it is lowered."""
+        self._quiet: asyncio.Future[None] | None = None
         self.command_env: dict[str, str] = {}
         """Variables of the prepared project environment (`Coordinator.prepare`) every
         command run without an env of its own gets; its PATH goes before the default."""
+
+    # -- quiescing: a moment when no effect is half done ---------------------------
+
+    async def begin_act(self) -> None:
+        """A world action that changes another scope (a message delivered into its
+        inbox) starts; its commit follows. Waits while a cut holds the team still."""
+        while self._barrier is not None:
+            await asyncio.shield(self._barrier)
+        self._acting += 1
+
+    def end_act(self) -> None:
+        """The effect begun with `begin_act` is committed (or failed)."""
+        self._acting -= 1
+        if self._acting == 0 and self._quiet is not None and not self._quiet.done():
+            self._quiet.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def quiesced(self) -> AsyncIterator[None]:
+        """Inside, no effect that reaches another scope (a message) is between its act
+        and its commit, and none starts: every head, inbox and pending intent read
+        without an await is one state of the whole coordinator. Acts that change only
+        their own scope (a command, a write) go on: their effect is on one side of
+        the cut by its head. Cuts queue one behind the other."""
+        while self._barrier is not None:
+            await asyncio.shield(self._barrier)
+        loop = asyncio.get_running_loop()
+        self._barrier = loop.create_future()
+        try:
+            if self._acting:
+                self._quiet = loop.create_future()
+                await self._quiet
+            yield
+        finally:
+            barrier, self._barrier, self._quiet = self._barrier, None, None
+            barrier.set_result(None)
 
     def with_settings(self, **changes: Any) -> Settings:
         """Put settings with `changes` in force (in memory, unrecorded); returns the

@@ -415,7 +415,7 @@ class Scope:
             return NoOutcome(), {}
 
         return await self.effect_path.perform(
-            Message(to=to, text=text, sender=self.name), deliver, cause=cause)
+            Message(to=to, text=text, sender=self.name), deliver, cause=cause, crossing=True)
 
     def take_messages(self) -> list[Message]:
         """Messages received since the last call, oldest first."""

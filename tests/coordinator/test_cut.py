@@ -1,0 +1,184 @@
+"""Consistent cuts of a team: taken under concurrent writers and messages, recorded,
+and the team forked or rewound from one as a whole."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from coordinator import (
+    Coordinator,
+    CorralError,
+    Decision,
+    Intent,
+    NotFound,
+    PathError,
+    ScopeExists,
+    View,
+)
+from coordinator.control._cut import rewind_team
+from tests.conftest import git, make_repo
+
+pytestmark = pytest.mark.asyncio
+
+TEAM = ("a", "b", "c", "d")
+
+
+def _repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"README.md": "# team\n"})
+
+
+def _sent(coord: Coordinator, head: str) -> list[str]:
+    """The texts of the messages the branch ending at `head` delivered, oldest first."""
+    return [e.effect.intent.text for e in coord.trace.log(head)
+            if e.effect is not None and e.effect.kind == "message"
+            and e.effect.status == "materialized"]
+
+
+async def _chatter(coord: Coordinator, name: str, rounds: int, seed: int) -> None:
+    """Writes a file and messages a random teammate, `rounds` times."""
+    rng = random.Random(seed)
+    me = coord.scope(name)
+    for i in range(rounds):
+        if rng.random() < 0.5:
+            await me.write(f"{name}.txt", f"{name} {i}\n".encode())
+        to = rng.choice([t for t in TEAM if t != name])
+        await me.send(to, f"{name}->{to} #{i}")
+
+
+async def test_every_cut_has_each_message_on_both_sides_or_neither(tmp_path: Path):
+    """Four scopes write and message each other while cuts are taken: in every cut,
+    a scope's inbox holds exactly the messages whose sending commit is within the
+    senders' cut heads (no message received but not sent, none sent but lost)."""
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy") as coord:
+        for name in TEAM:
+            await coord.root.fork(name)
+        work = [asyncio.create_task(_chatter(coord, n, 25, seed)) for seed, n in
+                enumerate(TEAM)]
+        cuts = []
+        while not all(t.done() for t in work):
+            cuts.append(await coord.cut(TEAM, name=f"c{len(cuts)}"))
+            await asyncio.sleep(0)
+        await asyncio.gather(*work)
+        cuts.append(await coord.cut(TEAM, name="last"))
+        assert len(cuts) > 3
+        for cut in cuts:
+            sent = {m.scope: _sent(coord, m.head) for m in cut.members}
+            for m in cut.members:
+                expected = sorted(t for s in sent.values() for t in s if t.split("->")[1]
+                                  .split(" ")[0] == m.scope)
+                assert sorted(msg.text for msg in m.inbox) == expected, (cut.name, m.scope)
+        assert sum(len(m.inbox) for m in cuts[-1].members) == 4 * 25
+
+
+async def test_a_cut_is_recorded_for_stock_git_and_read_back(tmp_path: Path):
+    repo = _repo(tmp_path)
+    async with Coordinator.open(tmp_path / "s", repo, backend="copy") as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("x.txt", b"x\n")
+        await a.send("b", "hello b")
+        cut = await coord.cut([a, b], name="first")
+        assert [m.scope for m in cut.members] == ["a", "b"]
+        assert await coord.read_cut("first") == cut
+        assert coord.cuts() == ["first"]
+        with pytest.raises(ScopeExists, match="first"):
+            await coord.cut([a], name="first")
+        with pytest.raises(PathError, match="cut name"):
+            await coord.cut([a], name="bad..name")
+        with pytest.raises(NotFound, match="no cut"):
+            await coord.read_cut("nope")
+    state = tmp_path / "s" / "trace.git"
+    body = json.loads(git(state, "show", "refs/corral/cuts/first:cut.json"))
+    assert [(m["scope"], m["head"]) for m in body["members"]] == [
+        ("a", cut.members[0].head), ("b", cut.members[1].head)]
+    assert [m["text"] for m in body["members"][1]["inbox"]] == ["hello b"]
+    parents = git(state, "log", "-1", "--format=%P", "refs/corral/cuts/first").split()
+    assert parents == [cut.members[0].head, cut.members[1].head]
+
+
+async def test_fork_team_starts_every_member_from_the_cut(tmp_path: Path):
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy") as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("a.txt", b"one\n")
+        await a.send("b", "take a.txt")
+        cut = await coord.cut([a, b], name="k")
+        await a.write("a.txt", b"two\n")
+        await b.write("b.txt", b"later\n")
+        await a.send("b", "after the cut")
+        again = await coord.fork_team("k", "retry-")
+        assert [s.name for s in again] == ["retry-a", "retry-b"]
+        ra, rb = again
+        assert await ra.read("a.txt") == b"one\n"
+        with pytest.raises(FileNotFoundError):
+            await rb.read("b.txt")
+        assert [m.text for m in rb.take_messages()] == ["take a.txt"]
+        assert ra.fork_point != cut.member("a").head  # a fork of its own, at the cut head
+        assert coord.trace.commit_tree(ra.head) == coord.trace.commit_tree(cut.member("a").head)
+        with pytest.raises(ScopeExists):
+            await coord.fork_team(cut, "retry-")
+
+
+async def test_rewind_team_brings_every_member_back_together(tmp_path: Path):
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy") as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("a.txt", b"one\n")
+        await b.send("a", "before")
+        cut = await coord.cut([a, b], name="k")
+        await a.write("a.txt", b"two\n")
+        await b.write("b.txt", b"b\n")
+        await b.send("a", "after")
+        await a.send("b", "to b, after")
+        ids = await coord.rewind_team("k", reason="try again")
+        assert await a.read("a.txt") == b"one\n"
+        with pytest.raises(FileNotFoundError):
+            await b.read("b.txt")
+        assert [m.text for m in a.take_messages()] == ["before"]
+        assert b.take_messages() == []
+        for scope, decision_id in zip((a, b), ids, strict=True):
+            assert coord.trace.commit_tree(scope.head) == coord.trace.commit_tree(
+                cut.member(scope.name).head)
+            # The rewind is the branch's last effect, caused by the decision it rewound
+            # past (kept, with what came after the cut, in the archive ref).
+            rewound = coord.log(scope)[-1]
+            assert rewound.kind == "scope.rewind" and rewound.cause == decision_id
+            decision = coord.trace.show(rewound.intent.head).effect
+            assert decision is not None and decision.id == decision_id
+            assert decision.cause == "cut:k" and decision.intent.detail["reason"] == "try again"
+
+
+class Hold:
+    """A policy that keeps writes of `held.txt` waiting until `release` is set."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, intent: Intent, view: View) -> Decision | None:
+        if getattr(intent, "path", None) == "held.txt":
+            self.waiting.set()
+            await self.release.wait()
+        return None
+
+
+async def test_a_cut_lists_pending_intents_and_does_not_wait_for_them(tmp_path: Path):
+    hold = Hold()
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy",
+                                policies=[hold]) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        stuck = asyncio.create_task(a.write("held.txt", b"x"))
+        await hold.waiting.wait()
+        cut = await asyncio.wait_for(coord.cut([a, b], name="k"), 5)
+        assert cut.member("a").pending == (f"a#{a.effect_path.seq - 1}",)
+        assert cut.member("b").pending == ()
+        # The team cannot be rewound while a member's intent waits: nothing moves.
+        await b.write("b.txt", b"b\n")
+        head_b = b.head
+        with pytest.raises(CorralError, match="'a' is still busy"):
+            await rewind_team(coord.scopes, cut, lock_timeout=0.2)
+        assert b.head == head_b
+        hold.release.set()
+        assert (await stuck).ok
