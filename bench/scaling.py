@@ -425,7 +425,7 @@ def _main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    from coordinator._malloc import one_arena
+    from coordinator.store import one_arena
 
     one_arena()  # as `corral` itself runs (the figures are the server's)
     _main(sys.argv[1:])

@@ -1,7 +1,8 @@
 """CooperBench 0.0.29's grading rules, each on a case built for it: real git, real
 pytest runs, on a tiny repository made in a temp dir. Every case runs on both
-workbenches: the stock-git `Lab` (CooperBench's container, step for step) and
-`ScopeLab` (what runs use: Corral scopes, tests as exec effects), which must agree."""
+workbenches: the stock-git `GitWorkbench` (CooperBench's container, step for step) and
+`ScopeWorkbench` (what runs use: Corral scopes, tests as exec effects), which must
+agree."""
 
 from __future__ import annotations
 
@@ -16,18 +17,18 @@ import pytest
 
 from bench.cooperbench import (
     Environment,
-    Lab,
-    LabSteps,
+    GitWorkbench,
+    ScopeWorkbench,
+    TaskState,
     grade_merged,
     grade_solo,
     strip_tests,
 )
 from bench.cooperbench._dataset import Task
-from bench.cooperbench._lab import git, parse_results
 from bench.cooperbench._records import FeatureResult, PairResult
 from bench.cooperbench._report import mcnemar, summarize, wilson
-from bench.cooperbench._scope_lab import ScopeLab
-from bench.cooperbench._taskbench import TaskBench
+from bench.cooperbench._repos import git
+from bench.cooperbench._workbench import parse_results
 
 BASE = {
     "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
@@ -95,18 +96,18 @@ def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: P
         ) -> Iterator[Any]:
     base = git(repo, "rev-parse", "base").stdout.strip()
     if request.param == "git":
-        yield LabSteps(Lab.create(tmp_path / "lab", repo, base))
+        yield GitWorkbench.create(tmp_path / "lab", repo, base, Environment.current())
         return
     # The bench's loop runs on its own thread; `_graded` runs the rules on it.
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    cm = TaskBench.open(_task(tmp_path / "task"), repo, tmp_path / "state", env_cache,
+    cm = TaskState.open(_task(tmp_path / "task"), repo, tmp_path / "state", env_cache,
                         mini=True)
     try:
-        bench = asyncio.run_coroutine_threadsafe(cm.__aenter__(), loop).result()
+        state = asyncio.run_coroutine_threadsafe(cm.__aenter__(), loop).result()
         try:
-            yield ScopeLab(bench, "pair")
+            yield ScopeWorkbench(state, "pair")
         finally:
             asyncio.run_coroutine_threadsafe(cm.__aexit__(None, None, None), loop).result()
     finally:
@@ -115,11 +116,8 @@ def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: P
 
 
 def _runner(tests: dict[int, str], command: str = COMMAND):  # type: ignore[no-untyped-def]
-    env = Environment.current()
-
     async def run(lab: Any, patch: str | None, fid: int):  # type: ignore[no-untyped-def]
-        host = env.env(lab.lab.path) if isinstance(lab, LabSteps) else None
-        return await lab.run_tests(patch, tests[fid], command, host, 60)
+        return await lab.run_tests(patch, tests[fid], command, 60)
 
     return run
 
@@ -127,8 +125,8 @@ def _runner(tests: dict[int, str], command: str = COMMAND):  # type: ignore[no-u
 def _graded(lab: Any, rules: Coroutine[Any, Any, Any]) -> Any:
     """The grade `rules` (grade_merged or grade_solo on `lab`) give: on the bench's loop
     for scopes, on a loop of its own for git."""
-    if isinstance(lab, ScopeLab):
-        return asyncio.run_coroutine_threadsafe(rules, lab.bench.loop).result()
+    if isinstance(lab, ScopeWorkbench):
+        return asyncio.run_coroutine_threadsafe(rules, lab.state.loop).result()
     return asyncio.run(rules)
 
 
@@ -209,14 +207,14 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
     (repo / "calc.py").write_text(side.replace("a - b", "a - b  # sub"))
     stale = git(repo, "diff", "--full-index").stdout
     git(repo, "checkout", "-q", "-f", "main")
-    if isinstance(lab, LabSteps):
-        lab = LabSteps(Lab.create(lab.lab.path.parent / "lab2", repo, lab.lab.base))
-        (lab.lab.path / ".git" / "p.patch").write_text(stale)
-        assert git(lab.lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
+    if isinstance(lab, GitWorkbench):
+        lab = GitWorkbench.create(lab.path.parent / "lab2", repo, lab.base, lab.env)
+        (lab.path / ".git" / "p.patch").write_text(stale)
+        assert git(lab.path, "apply", "--check", ".git/p.patch", check=False).returncode != 0
     else:  # the trace holds the blob the patch names, as it would an agent's
-        trace = lab.bench.coord.trace
-        asyncio.run_coroutine_threadsafe(lab.bench.coord.io(trace.write_blob, side.encode()),
-                                         lab.bench.loop).result()
+        trace = lab.state.coord.trace
+        asyncio.run_coroutine_threadsafe(lab.state.coord.io(trace.write_blob, side.encode()),
+                                         lab.state.loop).result()
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"),
              2: _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                              + "\n\ndef test_sub():\n    import calc, inspect\n\n"
@@ -304,9 +302,9 @@ def test_an_env_a_killed_build_left_is_built_again(repo: Path, tmp_path: Path,
     async def go() -> tuple[bool, bool]:
         async with Coordinator.open(state, repo=repo, base=head) as coord:
             await coord.root.fork("env")  # the kill came right after the fork
-        async with TaskBench.open(task, repo, state, env_cache, mini=True) as bench:
-            env_dir = bench.env.path / bench.recipe.paths[0]
-            return env_dir.is_dir(), bench.env.discarded
+        async with TaskState.open(task, repo, state, env_cache, mini=True) as opened:
+            env_dir = opened.env.path / opened.recipe.paths[0]
+            return env_dir.is_dir(), opened.env.discarded
 
     built, discarded = asyncio.run(go())
     assert built and not discarded

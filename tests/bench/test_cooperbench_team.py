@@ -18,7 +18,7 @@ import pytest
 from agents.model_server import Reply, ScriptedModelServer
 from bench.cooperbench import AgentOptions, AgentReport, Job, PairResult, RunSpec, run
 from bench.cooperbench._cli import main as cli_main
-from bench.cooperbench._resolver import marked_regions
+from bench.cooperbench._merge import marked_regions
 from tests.agents._helpers import NO_KEYS, call, steps_of
 
 pytestmark = pytest.mark.slow

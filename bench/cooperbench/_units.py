@@ -1,7 +1,8 @@
-"""One unit of a run: a pair of features in one setting, worked by agents in Corral
-scopes forked from the task's `env` scope, then graded in scopes (`ScopeLab`) under
-each requested merge policy; the unit's scopes are discarded at the end, their history
-kept in the task's trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
+"""The units step: a run's units are (pair, setting); each is worked by agents in
+Corral scopes forked from the task's `env` scope (`_team`), merged (`_merge`, for
+`--merge corral`), then graded in scopes (`ScopeWorkbench`) under each requested merge
+policy; the unit's scopes are discarded at the end, their history kept in the task's
+trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
 
 Settings:
 - `solo`: one agent, scope `….solo`, gets both features.
@@ -13,59 +14,115 @@ Settings:
   rest of that feature on its own branch after its own; the blocked agent stops.
 
 Each unit's own policies (the pair's budget, no messages when messaging is off, the
-supervisor's when supervised: `_team.pair_policies`) apply to its scopes only
+supervisor's when supervised: `_team_rules.pair_policies`) apply to its scopes only
 (`UnitPolicy`); how the agents work is `_team.work`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from coordinator import Scope
 
-from ._agents import Agent, AgentReport
 from ._dataset import Pair, Task
-from ._evaluate import Grade, grade_merged, grade_solo
-from ._lab import TestRun
+from ._environment import check_toolchain, task_test_command
+from ._grade import Grade, grade_merged, grade_solo
+from ._job import Agent, AgentReport
+from ._merge import merge_agents
 from ._patches import sanitize, strip_tests
-from ._records import FeatureResult, MergePolicy, PairResult, Setting, Timings
-from ._resolver import resolve_merge
-from ._scope_lab import ScopeLab
-from ._taskbench import TaskBench
-from ._team import TeamConfig, pair_policies, supervisor_policies, work
+from ._recipe import Unsupported
+from ._records import FeatureResult, MergePolicy, PairResult, PairStatus, Setting, Timings
+from ._repos import base_repo
+from ._scope_workbench import ScopeWorkbench
+from ._spec import RunSpec, UnitConfig
+from ._store import ResultStore
+from ._task_state import TaskState
+from ._team import work
+from ._team_rules import pair_policies
+from ._workbench import TestRun, Workbench
 
-__all__ = ["UnitConfig", "run_unit", "supervisor_policies"]
+__all__ = ["TaskContext", "Unit", "pending_units", "run_unit", "skipped", "unprepared"]
+
+UnitMerge = MergePolicy | Literal["-"]
+"""A result's merge policy ("-" for solo: nothing to merge)."""
 
 
-@dataclass(frozen=True)
-class UnitConfig:
-    out: Path
-    """The run directory: traces/, patches/, logs/ go under it."""
-    merges: tuple[MergePolicy, ...] = ("plain",)
-    supervisor: str = "conflict-guard"
-    messaging: bool = True
-    max_steps: int = 60
-    """Steps per pair: solo gets all, each coop agent half (equal budgets per pair)."""
-    max_tokens: int | None = None
-    test_timeout: float = 600.0
-    backend: str | None = None
-    price_in: float | None = None
-    """USD per million prompt tokens (for cost per pair)."""
-    price_out: float | None = None
-    base_url: str | None = None
-    """The URL of the supervisor's and the resolver's models."""
-    resolver: str | None = None
-    """llm:PROVIDER/MODEL: resolves `--merge corral` conflicts (None: none)."""
+@dataclass(frozen=True, slots=True)
+class Unit:
+    pair: Pair
+    setting: Setting
 
-    def team(self) -> TeamConfig:
-        return TeamConfig(supervisor=self.supervisor, messaging=self.messaging,
-                          max_steps=self.max_steps, max_tokens=self.max_tokens,
-                          base_url=self.base_url)
+    def merges(self, policies: Sequence[MergePolicy]) -> tuple[UnitMerge, ...]:
+        """The merge policies this unit is graded under (solo: "-")."""
+        return ("-",) if self.setting == "solo" else tuple(policies)
+
+
+def pending_units(spec: RunSpec, pairs: list[Pair], store: ResultStore) -> list[Unit]:
+    """The units of `pairs` in `spec`'s settings whose results `store` lacks."""
+    done = store.done()
+    units = []
+    for pair in pairs:
+        for setting in spec.settings:
+            unit = Unit(pair, setting)
+            if all((pair.task, pair.f1, pair.f2, setting, m) in done
+                   for m in unit.merges(spec.merges)):
+                continue
+            units.append(unit)
+    return units
+
+
+class TaskContext:
+    """A task prepared for this process: its base repository, and once opened its
+    state (one coordinator, the environment in its `env` scope)."""
+
+    def __init__(self, task: Task, repo: Path, state: Path) -> None:
+        self.task = task
+        self.repo = repo
+        self.state = state
+        self.opened: TaskState | None = None
+
+    @classmethod
+    def prepare(cls, task: Task, spec: RunSpec) -> TaskContext:
+        """Raises Unsupported, FileNotFoundError, RuntimeError."""
+        if not spec.mini:
+            check_toolchain(task)  # refuse what this machine cannot run before any clone
+        repo = base_repo(task, spec.repos_dir, spec.cache)
+        return cls(task, repo, spec.out / "traces" / task.key.replace("/", "-"))
+
+    async def open(self, stack: AsyncExitStack, spec: RunSpec) -> TaskState:
+        """Open the task's state for as long as `stack` (raises Unsupported,
+        RuntimeError). Each unit brings its own policies (`run_unit`)."""
+        self.opened = await stack.enter_async_context(TaskState.open(
+            self.task, self.repo, self.state, spec.cache, mini=spec.mini,
+            backend=spec.backend, fresh=not spec.resume))
+        return self.opened
+
+
+def unprepared(task: Task, unit: Unit, spec: RunSpec, ctx: TaskContext | BaseException
+               ) -> list[PairResult] | None:
+    """A unit's results when its task could not be prepared (unsupported, or
+    preparing failed); None when `ctx` is a ready TaskContext."""
+    if isinstance(ctx, Unsupported):
+        return skipped(task, unit, spec, "unsupported", str(ctx))
+    if isinstance(ctx, BaseException):
+        return skipped(task, unit, spec, "error",
+                       f"preparing the task: {type(ctx).__name__}: {ctx}")
+    return None
+
+
+def skipped(task: Task, unit: Unit, spec: RunSpec, status: PairStatus, reason: str
+            ) -> list[PairResult]:
+    """The results of a unit that did not run, with `status` and `reason`."""
+    return [PairResult(task=task.key, f1=unit.pair.f1, f2=unit.pair.f2, setting=unit.setting,
+                       merge=m, agent=spec.agent, status=status, reason=reason[:2000])
+            for m in unit.merges(spec.merges)]
 
 
 def _safe(key: str) -> str:
@@ -95,28 +152,29 @@ def _remember(run: _Run, patch: str, scope: Scope) -> None:
 
 async def run_unit(
     cfg: UnitConfig,
-    bench: TaskBench,
+    state: TaskState,
     pair: Pair,
     setting: Setting,
     agent: Agent,
 ) -> list[PairResult]:
-    """Run `pair` in `setting` on the task's bench and grade it; one PairResult per
+    """Run `pair` in `setting` on the task's state and grade it; one PairResult per
     merge policy (one for solo). A failure anywhere becomes results with status
     "error" and its reason. The unit's scopes are discarded at the end (their history
     stays in the trace)."""
-    task = bench.task
-    merges: Sequence[MergePolicy | str] = ("-",) if setting == "solo" else cfg.merges
+    task = state.task
+    merges = Unit(pair, setting).merges(cfg.merges)
     prefix = f"{pair.f1}-{pair.f2}.{setting}"
     run = _Run()
     started = time.perf_counter()
-    grades: list[tuple[str, Grade, dict[str, str]]] = []
+    grades: list[tuple[UnitMerge, Grade, dict[str, str]]] = []
     error: Exception | None = None
     try:
-        await _work(cfg, bench, pair, setting, agent, run, prefix)
+        await _work(cfg, state, pair, setting, agent, run, prefix)
         for merge in merges:
-            lab = ScopeLab(bench, prefix if merge == "-" else f"{prefix}.{merge}", run.states)
-            grade = await _grade(cfg, task, pair, setting, merge, lab, run)
-            grades.append((merge, grade, {s.name: s.head for s in lab.scopes}))
+            bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
+                                   run.states)
+            grade = await _grade(cfg, task, pair, merge, bench, run)
+            grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
     except Exception as e:
         error = e
     t = time.perf_counter()
@@ -124,7 +182,7 @@ async def run_unit(
     # evaluation's, and what the supervisor made for it (its own scope, an agent
     # restarted in a new scope of the same name). Discarded at once: each discard
     # holds only its own scope's lock, and their unmounts overlap on the io threads.
-    live = [s for n, s in list(bench.coord.scopes.items())
+    live = [s for n, s in list(state.coord.scopes.items())
             if n.startswith(prefix + ".") and not s.discarded]
     outcomes = await asyncio.gather(*(s.discard() for s in live), return_exceptions=True)
     for outcome in outcomes:
@@ -136,66 +194,67 @@ async def run_unit(
     if error is not None:
         reason = f"{type(error).__name__}: {error}"
         return [PairResult(task=task.key, f1=pair.f1, f2=pair.f2, setting=setting,
-                           merge=m, agent=agent.name, status="error",  # type: ignore[arg-type]
-                           reason=reason[:2000], trace=str(bench.coord.state),
+                           merge=m, agent=agent.name, status="error",
+                           reason=reason[:2000], trace=str(state.coord.state),
                            timings=Timings(total=round(time.perf_counter() - started, 4)))
                 for m in merges]
-    return [_result(cfg, task, pair, setting, merge, agent, run, grade, bench.coord.state,
+    return [_result(cfg, task, pair, setting, merge, agent, run, grade, state.coord.state,
                     graded) for merge, grade, graded in grades]
 
 
-async def _work(cfg: UnitConfig, bench: TaskBench, pair: Pair, setting: Setting,
+async def _work(cfg: UnitConfig, state: TaskState, pair: Pair, setting: Setting,
                 agent: Agent, run: _Run, prefix: str) -> None:
-    coord, task = bench.coord, bench.task
+    coord, task = state.coord, state.task
     f1, f2 = task.features[pair.f1], task.features[pair.f2]
     t = time.perf_counter()
     roles = ["solo"] if setting == "solo" else ["agent1", "agent2"]
     scopes = []
     for role in roles:
-        scopes.append(await bench.env.fork(f"{prefix}.{role}"))
+        scopes.append(await state.env.fork(f"{prefix}.{role}"))
     run.timings["fork"] = time.perf_counter() - t
     names = [s.name for s in scopes]
     policies, rules = pair_policies(cfg.team(), setting)
-    bench.policy.supervise(names, policies)
+    state.policy.supervise(names, policies)
     t = time.perf_counter()
     try:
         run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, rules)
     finally:
-        bench.policy.release(names)
+        state.policy.release(names)
     run.handoffs = run.report.handoffs
     run.timings["apply"] = time.perf_counter() - t
     for role, s in zip(roles, scopes, strict=True):
         run.scopes[s.name] = s.head
-        run.patches[role] = bench.diff(s)
+        run.patches[role] = state.diff(s)
         _remember(run, run.patches[role], s)
     if setting != "solo" and "corral" in cfg.merges:
         t = time.perf_counter()
-        target = await scopes[1].fork(f"{prefix}.merged")
-        m = await resolve_merge(coord, target, scopes[0], cfg.resolver, cfg.base_url,
-                                run.report)
+        target, m = await merge_agents(coord, scopes[0], scopes[1], f"{prefix}.merged",
+                                       cfg.resolver, cfg.base_url, run.report)
         run.scopes[target.name] = target.head
         if m.tree is not None:
-            run.corral_diff = bench.diff(target)
+            run.corral_diff = state.diff(target)
             _remember(run, run.corral_diff, target)
         run.corral_conflicts = tuple(c.path for c in m.conflicts)
         run.timings["merge"] += time.perf_counter() - t
 
 
-async def _grade(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
-                 lab: ScopeLab, run: _Run) -> Grade:
-    async def run_tests(lab: Any, patch: str | None, fid: int) -> TestRun:
-        return await lab.run_tests(  # type: ignore[no-any-return]
-            patch, task.features[fid].tests, task.test_command, None, cfg.test_timeout)
+async def _grade(cfg: UnitConfig, task: Task, pair: Pair, merge: UnitMerge,
+                 bench: ScopeWorkbench, run: _Run) -> Grade:
+    # Asked at the first test run: a unit that runs no test needs no test command.
+    command = functools.cache(lambda: task_test_command(task))
 
-    if setting == "solo":
-        return await grade_solo(lab, pair.f1, pair.f2, run.patches["solo"], run_tests)
-    return await grade_merged(lab, pair.f1, pair.f2, run.patches["agent1"],
-                              run.patches["agent2"], run_tests,
-                              policy=merge,  # type: ignore[arg-type]
+    async def run_tests(bench: Workbench, patch: str | None, fid: int) -> TestRun:
+        return await bench.run_tests(patch, task.features[fid].tests, command(),
+                                     cfg.test_timeout)
+
+    if merge == "-":  # solo
+        return await grade_solo(bench, pair.f1, pair.f2, run.patches["solo"], run_tests)
+    return await grade_merged(bench, pair.f1, pair.f2, run.patches["agent1"],
+                              run.patches["agent2"], run_tests, policy=merge,
                               corral_diff=run.corral_diff)
 
 
-def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: str,
+def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: UnitMerge,
             agent: Agent, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
             ) -> PairResult:
     base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
@@ -214,7 +273,7 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
     for label, output in grade.outputs.items():
         (logs / f"{setting}-{merge}-{label}.log").write_text(output)
     rep = run.report
-    status = "passed" if grade.passed else "failed"
+    status: PairStatus = "passed" if grade.passed else "failed"
     reason = "" if grade.passed else "; ".join(
         f"feature {f.id}: {f.reason}" for f in grade.features if not f.passed)
     if rep.error:
@@ -233,8 +292,8 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: st
         cost = round((rep.prompt_tokens * cfg.price_in
                       + rep.completion_tokens * cfg.price_out) / 1e6, 6)
     return PairResult(
-        task=task.key, f1=pair.f1, f2=pair.f2, setting=setting, merge=merge,  # type: ignore[arg-type]
-        agent=agent.name, status=status, reason=reason[:2000],  # type: ignore[arg-type]
+        task=task.key, f1=pair.f1, f2=pair.f2, setting=setting, merge=merge,
+        agent=agent.name, status=status, reason=reason[:2000],
         merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
