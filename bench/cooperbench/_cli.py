@@ -116,15 +116,8 @@ def run_cmd(
     supervised, plain merge) and print pass rates."""
     if ctx.invoked_subcommand:
         return
-    if messaging not in ("on", "off"):
-        _fail("--messaging is on or off")
-    if resolver is not None and not resolver.startswith("llm:"):
-        _fail("--resolver is llm:PROVIDER/MODEL")
-    if resolver is not None and "corral" not in _csv(merge):
-        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+    _check_options(messaging, resolver, merge, executor)
     out_console = err if json_flag else console
-    if executor not in ("local", "ray"):
-        _fail("--executor is local or ray")
     name = dataset.resolve().name if dataset else "mini"
     out_dir = (out or Path(".corral-bench") / "cooperbench" / name).resolve()
     try:
@@ -181,6 +174,18 @@ def _report(spec: RunSpec, report: dict[str, Any], name: str, executor: str,
     if markdown:
         markdown.write_text(to_markdown(summary))
     _exit_on_errors(results, out_console)
+
+
+def _check_options(messaging: str, resolver: str | None, merge: str, executor: str) -> None:
+    """Exit 2 naming the option whose value makes no sense (alone or with another)."""
+    if messaging not in ("on", "off"):
+        _fail("--messaging is on or off")
+    if resolver is not None and not resolver.startswith("llm:"):
+        _fail("--resolver is llm:PROVIDER/MODEL")
+    if resolver is not None and "corral" not in _csv(merge):
+        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+    if executor not in ("local", "ray"):
+        _fail("--executor is local or ray")
 
 
 def _exit_on_errors(results: list[PairResult], out: Console) -> None:

@@ -7,7 +7,6 @@ agree."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -22,73 +21,23 @@ from bench.cooperbench import (
     TaskState,
     grade_merged,
     grade_solo,
-    strip_tests,
 )
-from bench.cooperbench._dataset import Task
-from bench.cooperbench._records import FeatureResult, PairResult
-from bench.cooperbench._report import mcnemar, summarize, wilson
 from bench.cooperbench._repos import git
-from bench.cooperbench._workbench import parse_results
-
-BASE = {
-    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
-    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
-}
-COMMAND = "set -e\npython -m pytest tests/test_calc.py -q -p no:cacheprovider\n"
-
-
-def _diff(repo: Path, files: dict[str, str], paths: tuple[str, ...] = ()) -> str:
-    """The git diff from base that writes `files` (then the checkout goes back to base)."""
-    for p, text in files.items():
-        (repo / p).parent.mkdir(parents=True, exist_ok=True)
-        (repo / p).write_text(text)
-    git(repo, "add", "-A")
-    out = git(repo, "diff", "--cached", "base", "--", *(paths or ["."])).stdout
-    git(repo, "reset", "-q", "--hard", "base")
-    git(repo, "clean", "-fdxq")
-    return out
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    r = tmp_path / "repo"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    for p, text in BASE.items():
-        (r / p).parent.mkdir(parents=True, exist_ok=True)
-        (r / p).write_text(text)
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "base")
-    git(r, "branch", "base")
-    return r
+from tests.bench._calc import BASE, COMMAND, calc_diff, calc_task
 
 
 def _mul(repo: Path) -> str:
-    return _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"})
+    return calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"})
 
 
 def _div(repo: Path) -> str:
-    return _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef div(a, b):\n    return a / b\n"})
+    return calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef div(a, b):\n    return a / b\n"})
 
 
 def _tests(repo: Path, name: str, body: str) -> str:
-    return _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+    return calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                         + f"\n\ndef test_{name}():\n    from calc import {name}\n\n"
                           f"    assert {body}\n"})
-
-
-@pytest.fixture(scope="module")
-def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One environment build for the module; later benches unpack it."""
-    return tmp_path_factory.mktemp("cache")
-
-
-def _task(root: Path) -> Task:
-    (root / "feature1").mkdir(parents=True)
-    (root / "setup.sh").write_text('REPO_NAME="calc"\nBASE_COMMIT="base"\n')
-    (root / "Dockerfile").write_text("FROM python:3.11-slim\n")
-    (root / "runner.sh").write_text("# Running tests\n" + COMMAND)
-    return Task(repo="calc_task", id=1, path=root)
 
 
 @pytest.fixture(params=["git", "scopes"])
@@ -102,7 +51,7 @@ def lab(request: pytest.FixtureRequest, repo: Path, tmp_path: Path, env_cache: P
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    cm = TaskState.open(_task(tmp_path / "task"), repo, tmp_path / "state", env_cache,
+    cm = TaskState.open(calc_task(tmp_path / "task"), repo, tmp_path / "state", env_cache,
                         mini=True)
     try:
         state = asyncio.run_coroutine_threadsafe(cm.__aenter__(), loop).result()
@@ -130,32 +79,9 @@ def _graded(lab: Any, rules: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(rules)
 
 
-def test_strip_tests_drops_test_files_of_every_language() -> None:
-    """Test files (tests?/ dirs, test_*, *_test.*, *.test.*, tests.py) leave the patch;
-    source files whose names merely contain 'test' stay."""
-    sections = ["tests/test_a.py", "pkg/foo_test.go", "web/a.test.ts", "app/tests.py",
-                "src/test_util.py", "pkg/core.py", "pkg/latest.py", "contest/x.py"]
-    patch = "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
-                    for p in sections)
-    kept = [ln.split(" b/")[1] for ln in strip_tests(patch).splitlines()
-            if ln.startswith("diff --git")]
-    assert kept == ["pkg/core.py", "pkg/latest.py", "contest/x.py"]
-
-
-def test_parse_results_reads_pytest_jest_go_and_cargo() -> None:
-    """Passed/failed counts come from each framework's summary, as 0.0.29 reads them."""
-    assert parse_results("==== 3 passed, 1 failed, 2 errors in 0.1s ====") == (3, 3)
-    assert parse_results("Tests:       2 failed, 15 passed, 17 total") == (15, 2)
-    assert parse_results("--- PASS: TestA\n--- PASS: TestB\n--- FAIL: TestC\n") == (2, 1)
-    assert parse_results("ok  \tgithub.com/x/y\t0.1s\n") == (1, 0)
-    assert parse_results("FAIL\tgithub.com/x/y [build failed]\nok  \tgithub.com/x/z\n") == (0, 1)
-    assert parse_results("test result: ok. 7 passed; 0 failed; 0 ignored") == (7, 0)
-    assert parse_results("nothing here") == (0, 0)
-
-
-def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Any) -> None:
+def test_clean_merge_runs_each_features_tests_on_the_mergedcalc_diff(repo: Path, lab: Any) -> None:
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
-    mul = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
+    mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
     g = _graded(lab, grade_merged(lab, 1, 2, mul, _div(repo), _runner(tests)))
     assert (g.merge_status, g.strategy, g.apply) == ("clean", "naive", ("applied", "applied"))
@@ -172,7 +98,7 @@ def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab:
     assert g.merge_status == "conflicts" and not g.passed
     assert [f.passed for f in g.features] == [False, False]
     assert "merge conflict" in g.features[1].reason
-    both = _diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
+    both = calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
                         "\n\ndef div(a, b):\n    return a / b\n"})
     g = _graded(lab, grade_merged(lab, 1, 2, both, _div(repo), _runner(tests)))
     assert g.merge_status == "conflicts" and g.strategy == "solo-agent1" and g.passed
@@ -216,10 +142,10 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
         asyncio.run_coroutine_threadsafe(lab.state.coord.io(trace.write_blob, side.encode()),
                                          lab.state.loop).result()
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"),
-             2: _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+             2: calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                              + "\n\ndef test_sub():\n    import calc, inspect\n\n"
                                "    assert '# sub' in inspect.getsource(calc.sub)\n"})}
-    mul_first = _diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n"
+    mul_first = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n"
                              + BASE["calc.py"]})
     g = _graded(lab, grade_merged(lab, 1, 2, mul_first, stale, _runner(tests)))
     assert g.apply == ("applied", "applied") and g.merge_status == "clean"
@@ -240,7 +166,7 @@ def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Any) -> None
 def test_identical_patches_skip_the_merge(repo: Path, lab: Any) -> None:
     """Byte-identical stripped patches are graded once, as 'identical'."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
-    with_test = _mul(repo) + _diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
+    with_test = _mul(repo) + calc_diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
     g = _graded(lab, grade_merged(lab, 1, 2, with_test, _mul(repo), _runner(tests)))
     assert (g.merge_status, g.strategy) == ("identical", "identical") and g.passed
 
@@ -249,62 +175,15 @@ def test_identical_patches_skip_the_merge(repo: Path, lab: Any) -> None:
 def test_a_clean_merge_can_break_a_test(repo: Path, lab: Any) -> None:
     """A merge git calls clean is graded by the tests: feature 2 changes add(), which
     feature 1's sub() relies on, so feature 1 fails on the merged code."""
-    sub_test = _diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+    sub_test = calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
                             + "\n\ndef test_sub():\n    from calc import sub\n\n"
                               "    assert sub(5, 3) == 2\n"})
     tests = {1: sub_test, 2: _tests(repo, "add", "add(2, 2) == 5")}
-    p1 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a - b", "return add(a, -b)")})
-    p2 = _diff(repo, {"calc.py": BASE["calc.py"].replace("return a + b", "return a + b + 1")})
+    p1 = calc_diff(repo, {"calc.py": BASE["calc.py"].replace("return a - b", "return add(a, -b)")})
+    p2 = calc_diff(repo, {"calc.py": BASE["calc.py"].replace("return a + b", "return a + b + 1")})
     g = _graded(lab, grade_merged(lab, 1, 2, p1, p2, _runner(tests)))
     assert g.merge_status == "clean"
     assert [f.passed for f in g.features] == [False, True]
     assert "test_sub - assert 3 == 2" in g.features[0].output_tail
 
 
-def test_pass_rate_excludes_errors_and_the_statistics_are_right() -> None:
-    """pass_rate = passed / (passed + failed); errors are counted apart. Wilson and
-    McNemar match known values."""
-    def r(status: str, f1: int) -> PairResult:
-        feats = (FeatureResult(id=f1, passed=status == "passed"),
-                 FeatureResult(id=9, passed=status == "passed"))
-        return PairResult(task="t", f1=f1, f2=9, setting="coop", merge="plain", agent="oracle",
-                          status=status, features=feats if status != "error" else ())  # type: ignore[arg-type]
-
-    s = summarize([r("passed", 1), r("failed", 2), r("error", 3), r("error", 4)])
-    row = s["rows"][0]
-    assert (row["passed"], row["counted"], row["errors"], row["pass_rate"]) == (1, 2, 2, 0.5)
-    lo, hi = wilson(1, 2)
-    assert round(lo, 4) == 0.0945 and round(hi, 4) == 0.9055
-    assert wilson(0, 0) == (0.0, 0.0)
-    assert mcnemar(0, 5) == pytest.approx(0.0625) and mcnemar(3, 3) == 1.0
-
-
-def test_lab_runs_tests_offline() -> None:
-    """Where namespaces work, the test command has no network interface but loopback."""
-    env = Environment.current().env(Path("/tmp"))
-    if env.get("CORRAL_BENCH_OFFLINE") != "1":
-        pytest.skip("unshare --net is not available here")
-    r = subprocess.run(["unshare", "--net", "--", "cat", "/proc/net/dev"], capture_output=True,
-                       text=True)
-    assert [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:]] == ["lo"]
-
-
-def test_an_env_a_killed_build_left_is_built_again(repo: Path, tmp_path: Path,
-                                                    env_cache: Path) -> None:
-    """A run killed while building the environment leaves a live `env` scope with
-    nothing in it; the next run (same state, as --resume does) must not take it for
-    a built one."""
-    from coordinator import Coordinator
-
-    task, state = _task(tmp_path / "task"), tmp_path / "state"
-    head = git(repo, "rev-parse", "HEAD").stdout.strip()
-
-    async def go() -> tuple[bool, bool]:
-        async with Coordinator.open(state, repo=repo, base=head) as coord:
-            await coord.root.fork("env")  # the kill came right after the fork
-        async with TaskState.open(task, repo, state, env_cache, mini=True) as opened:
-            env_dir = opened.env.path / opened.recipe.paths[0]
-            return env_dir.is_dir(), opened.env.discarded
-
-    built, discarded = asyncio.run(go())
-    assert built and not discarded
