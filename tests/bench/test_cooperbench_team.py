@@ -272,5 +272,5 @@ def test_llm_supervisor_restart_starts_the_oracle_over(server: ScriptedModelServ
     assert r.status in ("passed", "failed"), r.reason
     assert restarted and any(a.startswith("discard") for a in r.supervisor_actions)
     assert r.blocked >= 2
-    patch = (tmp_path / r.patches[restarted[0].rpartition(".")[2]]).readprompt_text()
+    patch = (tmp_path / r.patches[restarted[0].rpartition(".")[2]]).read_text()
     assert patch, "the restarted agent's new scope has its feature again"
