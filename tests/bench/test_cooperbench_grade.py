@@ -79,7 +79,7 @@ def _graded(lab: Any, rules: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(rules)
 
 
-def test_clean_merge_runs_each_features_tests_on_the_mergedcalc_diff(repo: Path, lab: Any) -> None:
+def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Any) -> None:
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
     mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
