@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coordinator import CorralError, Trace
 
-__all__ = ["git_identity", "push", "squash"]
+__all__ = ["export_agent", "export_run", "git_identity", "push", "squash"]
 
 
 def git_identity(repo: Path) -> dict[str, str]:
@@ -62,3 +62,32 @@ def push(trace: Path, repo: Path, commit: str, branch: str) -> None:
     )
     if proc.returncode != 0:
         raise CorralError(f"could not create branch {branch} in {repo}: {proc.stderr.strip()}")
+
+
+def export_run(trace: Trace, head: str, repo: Path, branch: str, squashed: bool,
+               agents: Sequence[tuple[str, str]], merge_message: str) -> str:
+    """Push `head` (root's, after the merges) into the user's repository as `branch`.
+    Squashed: one commit per merged agent, (head, message) in `agents`, over the snapshot,
+    then (for more than one) their merge with root's tree. Returns the commit pushed."""
+    if squashed:
+        snapshot = trace.snapshot()
+        assert snapshot is not None
+        who = git_identity(repo)
+        commits = [squash(trace, h, [snapshot], message, who) for h, message in agents]
+        if len(commits) == 1 and trace.commit(commits[0]).tree_id == trace.commit(head).tree_id:
+            head = commits[0]
+        else:
+            head = squash(trace, head, commits, merge_message, who)
+    push(trace.path, repo, head, branch)
+    return head
+
+
+def export_agent(trace: Trace, repo: Path, branch: str, head: str, message: str | None) -> str:
+    """Push one agent's unmerged work as `branch`: one commit over the snapshot with a
+    message, else its history. Returns the commit pushed."""
+    if message is not None:
+        snapshot = trace.snapshot()
+        assert snapshot is not None
+        head = squash(trace, head, [snapshot], message, git_identity(repo))
+    push(trace.path, repo, head, branch)
+    return head

@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 
@@ -31,6 +31,11 @@ from coordinator.cli_shared import (
     json_target,
     print_error,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agents.run_report import RunReport
 
 __all__ = ["app", "register"]
 
@@ -134,24 +139,12 @@ def run_cmd(
     Ctrl-C stops the agents at their next step and leaves the work so far; --resume
     continues it."""
     from agents.providers import ModelError
-    from agents.run import (
-        default_state,
-        new_run_id,
-        render_report,
-        resume_options,
-        run_with_progress,
-    )
-    from agents.runs import read_record, resume_command
+    from agents.run_input import new_run_id
+    from agents.run_view import run_with_progress
 
     out = err if json_flag else console
     if resume is not None:
-        try:
-            options = resume_options(repo, resume, state)
-        except CorralError as e:
-            fail(str(e))
-        if base_url is not None:
-            options["base_url"] = base_url
-        task = options.pop("tasks")
+        task, options = _resumed(repo, resume, state, base_url)
     else:
         if not task or not model:
             fail("give --task and --model (or --resume RUN_ID)")
@@ -166,17 +159,48 @@ def run_cmd(
         report = asyncio.run(run_with_progress(out, repo, task, **options))
     except (CorralError, ModelError, ValueError) as e:
         fail(str(e))
-        return
     except (asyncio.CancelledError, KeyboardInterrupt):
-        default = default_state(repo, options["run_id"])
-        where = Path(options["state"] or default)
-        out.print(f"aborted: what the agents finished is in the trace, {where}",
-                  highlight=False, soft_wrap=True)
-        record = read_record(where)
-        if record is not None:
-            out.print(f"resume: {resume_command(record, default)}", highlight=False,
-                      soft_wrap=True)
-        raise typer.Exit(130) from None
+        _aborted(out, repo, options)
+    _end_of_run(out, report, json_flag, json_out)
+
+
+def _resumed(repo: Path, run_id: str, state: Path | None, base_url: str | None
+             ) -> tuple[list[str], dict[str, Any]]:
+    """The tasks and `run_tasks` options of run `run_id` from its record (a new
+    --base-url replaces the recorded one)."""
+    from agents.run_input import resume_options
+
+    try:
+        options = resume_options(repo, run_id, state)
+    except CorralError as e:
+        fail(str(e))
+    if base_url is not None:
+        options["base_url"] = base_url
+    return options.pop("tasks"), options
+
+
+def _aborted(out: Console, repo: Path, options: dict[str, Any]) -> NoReturn:
+    """A second Ctrl-C: say where the trace is and how to resume, exit 130."""
+    from agents.run_input import default_state
+    from agents.runs import read_record, resume_command
+
+    default = default_state(repo, options["run_id"])
+    where = Path(options["state"] or default)
+    out.print(f"aborted: what the agents finished is in the trace, {where}",
+              highlight=False, soft_wrap=True)
+    record = read_record(where)
+    if record is not None:
+        out.print(f"resume: {resume_command(record, default)}", highlight=False,
+                  soft_wrap=True)
+    raise typer.Exit(130) from None
+
+
+def _end_of_run(out: Console, report: RunReport, json_flag: bool, json_out: Path | None
+                ) -> None:
+    """The summary table, the partial-run notice, --json; exit 130 when partial, 1 on
+    errors or conflicts."""
+    from agents.run_view import render_report
+
     if not json_flag:
         console.print(render_report(report))
     if report.partial:
@@ -262,11 +286,11 @@ def model_server_cmd(
     demos; point --base-url at it) until interrupted."""
     import contextlib
 
-    from agents.model_server import ScriptedModelServer, _load_script
+    from agents.model_server import ScriptedModelServer, read_scripts
 
     async def serve() -> None:
         server = ScriptedModelServer(host=host, port=port, block_size=block_size)
-        for model, steps in (_load_script(script) if script else {}).items():
+        for model, steps in (read_scripts(script) if script else {}).items():
             server.script(model, steps)
         async with server:
             print(f"OpenAI base_url {server.base_url}", flush=True)

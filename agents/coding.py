@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from coordinator import (
     Coordinator,
@@ -38,6 +38,7 @@ from coordinator import (
 
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import Transcript, transcript_at
+from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
     ChatMessage,
     ModelError,
@@ -48,7 +49,8 @@ from .providers import (
     UserMessage,
 )
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "system_prompt",
+           "tools_for"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in a git repository, in parallel with other \
@@ -62,6 +64,9 @@ finish when the task is done. A supervisor reviews every change before it lands;
 blocks one, the tool result says why: adapt (for example, put your code elsewhere, or \
 coordinate with the agent named) instead of retrying the same change. A reply with no \
 tool call ends your work."""
+
+_SEND_MESSAGE = (" send_message to tell another agent something (they see it at their next "
+                 "step),")
 
 _OBJ = "object"
 
@@ -92,7 +97,26 @@ TOOLS: tuple[ToolSpec, ...] = (
           ["summary"]),
 )
 
-AgentStatus = Literal["finished", "step_limit", "token_limit", "stopped", "blocked", "error"]
+
+
+def system_prompt(messaging: bool = True) -> str:
+    """`SYSTEM_PROMPT`, without its sentence about send_message when the agent cannot
+    message its teammates."""
+    return SYSTEM_PROMPT if messaging else SYSTEM_PROMPT.replace(_SEND_MESSAGE, "")
+
+
+def tools_for(names: tuple[str, ...] | None = None, messaging: bool = True
+              ) -> tuple[ToolSpec, ...]:
+    """The tools of `TOOLS` named in `names` (None: all), without send_message when the
+    agent cannot message. Raises ValueError for a name `TOOLS` does not have."""
+    known = {t.name for t in TOOLS}
+    unknown = sorted(set(names or ()) - known)
+    if unknown:
+        raise ValueError(f"the builtin agent has no tool {', '.join(unknown)} (it has "
+                         f"{', '.join(sorted(known))})")
+    return tuple(t for t in TOOLS if (names is None or t.name in names)
+                 and (messaging or t.name != "send_message"))
+
 
 _RUN_ENV = {
     # Bytecode caches would show up in the agent's patch of a repo without a .gitignore.
@@ -102,29 +126,6 @@ _RUN_ENV = {
 the declared toolchain, never the caller's own PATH)."""
 _MAX_RESULT = 12_000  # characters of a tool result shown to the model
 _INLINE_ARG = 200  # longer tool arguments are recorded as blob references
-
-
-@dataclass(frozen=True, slots=True)
-class AgentResult:
-    """What an agent run came to. `patch` is `git diff` of its scope against its base."""
-
-    name: str
-    status: AgentStatus
-    summary: str
-    steps: int
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    blocked: int
-    """Intents of this agent the supervisor blocked."""
-    patch: str
-    head: str
-    replayed_steps: int = 0
-    saved_tokens: int = 0
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass
@@ -196,6 +197,19 @@ class CodingAgent:
         self.blocked = 0
         self._state = _State()
         self._seen: str | None = None
+
+    @classmethod
+    def from_context(cls, ctx: AgentContext) -> CodingAgent:
+        """The agent `ctx` describes: its tools (`tools_for`), its system prompt
+        (`system_prompt`), its budget; model calls through `ctx.provider` with
+        `ctx.budget.retries` attempts. Raises ValueError without a provider or for a tool
+        it does not have."""
+        if ctx.provider is None:
+            raise ValueError("the builtin agent needs a model provider")
+        caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
+        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system_prompt(ctx.messaging),
+                   tools=tools_for(ctx.tools, ctx.messaging), max_steps=ctx.budget.max_steps,
+                   max_tokens=ctx.budget.max_tokens)
 
     @property
     def name(self) -> str:
@@ -411,14 +425,7 @@ class CodingAgent:
 
     async def patch(self) -> str:
         """`git diff` of the scope's head tree against its base (the fork point by default)."""
-        trace = self.coord.trace
-        base, head = self.base or self.scope.fork_point, self.scope.head
-
-        def diff() -> str:
-            old, new = trace.commit(base).tree, trace.commit(head).tree
-            return old.diff_to_tree(new).patch or ""
-
-        return await self.coord.io(diff)
+        return await scope_patch(self.coord, self.scope, self.base)
 
 
 def _clip(text: str) -> str:

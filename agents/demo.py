@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from coordinator import ConflictGuard, Coordinator, Event, ExecOutcome, Result, StateError
 
-from .scripted import Run, ScriptedAgent, Write
+from .scripted_agent import Run, ScriptedAgent, Write
 
 __all__ = ["DEMO_FILES", "DemoReport", "make_demo_repo", "run_demo"]
 

@@ -1,78 +1,52 @@
-"""Agents by name: the `corral.agents` entry point group, shared by `corral run --agent` and
-`corral bench cooperbench`.
+"""The built-in agent as the `builtin` entry of `corral.agents`, and the call form of
+before the `Agent` protocol, which bench/cooperbench still uses.
 
-An agent is an async callable with this signature (`AgentFn`)::
-
-    async def run(coord: Coordinator, scope: Scope, task: str, *, provider: Provider,
-                  max_steps: int = 30, max_tokens: int | None = None,
-                  retries: int = 4) -> AgentResult
-
-It works on `task` in `scope` (a fork the caller made), sends its model calls through
-`provider` as `model.call` effects (`ModelCaller(coord, provider, attempts=retries)`), and
-returns an `AgentResult` whose `patch` is the scope's diff against its fork point. It does not
-close `provider` (the caller owns it). Registered: `builtin` (the `CodingAgent` tool loop) and
-`mini-swe-agent` (the `mini-swe-agent` extra). Anything else is a `module:attr` path.
+`builtin` is `CodingAgent` as an `Agent` (`agents.protocol`): ``await builtin(ctx)``.
+Until bench/cooperbench passes an `AgentContext` (issue 24), the registered agents
+(`builtin`, `agents.miniswe.run`) also take the old call form
+``agent(coord, scope, task, *, provider, max_steps=30, max_tokens=None, retries=4)``
+(`with_old_call_form`), and `load_agent` and `agent_names` are importable from here.
+Delete all three then.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Awaitable
-from importlib.metadata import entry_points
-from typing import Protocol
+from typing import Any
 
-from coordinator import Coordinator, Scope
+from .coding import CodingAgent
+from .protocol import Agent, AgentContext, AgentResult, Budget, agent_names, load_agent
 
-from ._model_effects import ModelCaller
-from .coding import AgentResult, CodingAgent
-from .providers import Provider
-
-__all__ = ["AGENT_GROUP", "AgentFn", "agent_names", "builtin", "load_agent"]
-
-AGENT_GROUP = "corral.agents"
+__all__ = ["agent_names", "builtin", "load_agent", "with_old_call_form"]
 
 
-class AgentFn(Protocol):
-    def __call__(self, coord: Coordinator, scope: Scope, task: str, *, provider: Provider,
-                 max_steps: int = 30, max_tokens: int | None = None,
-                 retries: int = 4) -> Awaitable[AgentResult]: ...
+class _TwoCallForms:
+    """An agent also callable the old way; see the module docstring."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        functools.update_wrapper(self, agent)
+
+    def __call__(self, *args: Any, **options: Any) -> Awaitable[AgentResult]:
+        if len(args) == 1 and not options and isinstance(args[0], AgentContext):
+            return self._agent(args[0])
+        coord, scope, task = args
+        provider = options.pop("provider")
+        return self._agent(AgentContext(coord, scope, task, provider, Budget(**options),
+                                        name=scope.name))
 
 
-async def builtin(coord: Coordinator, scope: Scope, task: str, *, provider: Provider,
-                  max_steps: int = 30, max_tokens: int | None = None,
-                  retries: int = 4) -> AgentResult:
-    """The built-in coding agent (`CodingAgent`) as an entry of `corral.agents`."""
-    caller = ModelCaller(coord, provider, attempts=retries)
-    return await CodingAgent(coord, scope, caller, task, max_steps=max_steps,
-                             max_tokens=max_tokens).run()
+def with_old_call_form(agent: Agent) -> Agent:
+    """`agent`, also callable as `agent(coord, scope, task, *, provider, max_steps,
+    max_tokens, retries)` (for bench/cooperbench until it passes an `AgentContext`)."""
+    return _TwoCallForms(agent)
 
 
-def agent_names() -> list[str]:
-    """The names registered in the `corral.agents` group."""
-    return sorted(ep.name for ep in entry_points(group=AGENT_GROUP))
+async def _builtin(ctx: AgentContext) -> AgentResult:
+    """The built-in coding agent (`CodingAgent.from_context`) as an entry of
+    `corral.agents`."""
+    return await CodingAgent.from_context(ctx).run()
 
 
-def load_agent(spec: str) -> AgentFn:
-    """The agent named `spec` in `corral.agents`, or at the `module:attr` path `spec`.
-
-    Raises:
-        LookupError: no such name or attribute, or its package (an extra) is not installed.
-    """
-    found = [ep for ep in entry_points(group=AGENT_GROUP) if ep.name == spec]
-    try:
-        if found:
-            fn = found[0].load()
-        elif ":" in spec:
-            module, _, attr = spec.partition(":")
-            fn = getattr(importlib.import_module(module), attr)
-        else:
-            raise LookupError(f"no agent {spec!r}: use one of {', '.join(agent_names())} "
-                              "or module:attr")
-    except ImportError as e:
-        raise LookupError(f"agent {spec!r} cannot be loaded ({e}); is its extra installed? "
-                          f"(pip install 'corral[{spec}]')") from e
-    except AttributeError as e:
-        raise LookupError(f"agent {spec!r}: {e}") from e
-    if not callable(fn):
-        raise LookupError(f"agent {spec!r} is not callable")
-    return fn  # type: ignore[no-any-return]
+builtin = with_old_call_form(_builtin)

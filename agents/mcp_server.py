@@ -49,69 +49,90 @@ def build_server(access: ScopeAccess) -> MCPServer:
     """An MCP server whose tools act on `access`'s scope. Import errors mean the `mcp`
     extra is missing (`pip install 'corral[mcp]'`)."""
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
 
     server: MCPServer = MCPServer(f"corral-{access.name}", instructions=_INSTRUCTIONS)
-    finished: list[str] = []
+    finished: list[str] = []  # finish's summary: after it, nothing more changes
+    _file_tools(server, access, finished)
+    _team_tools(server, access, finished)
+    return server
 
-    def changed(said: Said, ok: str) -> str:
-        if said.blocked:
-            raise ToolError(blocked_text(said))
-        if not said.ok:
-            raise ToolError(f"not applied ({said.reason or 'failed'})")
-        return ok
 
-    def live() -> None:
-        if finished:
-            raise ToolError(f"the task was finished ({finished[0]!r}); nothing more changes")
+def _changed(said: Said, ok: str) -> str:
+    from mcp.server.mcpserver.exceptions import ToolError
 
-    async def guarded(coro: Any) -> Any:
-        from coordinator import CorralError
+    if said.blocked:
+        raise ToolError(blocked_text(said))
+    if not said.ok:
+        raise ToolError(f"not applied ({said.reason or 'failed'})")
+    return ok
 
-        try:
-            return await coro
-        except (CorralError, OSError, ValueError, UnicodeError) as e:
-            raise ToolError(f"{type(e).__name__}: {e}") from e
+
+def _live(finished: list[str]) -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    if finished:
+        raise ToolError(f"the task was finished ({finished[0]!r}); nothing more changes")
+
+
+async def _guarded(coro: Any) -> Any:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from coordinator import CorralError
+
+    try:
+        return await coro
+    except (CorralError, OSError, ValueError, UnicodeError) as e:
+        raise ToolError(f"{type(e).__name__}: {e}") from e
+
+
+def _file_tools(server: MCPServer, access: ScopeAccess, finished: list[str]) -> None:
+    """read_file, list_files, write_file, edit."""
+    from mcp.server.mcpserver.exceptions import ToolError
 
     @server.tool()
     async def read_file(path: str) -> str:
         """Read a file of the repository (path relative to its root)."""
-        data = await guarded(access.read(path))
+        data = await _guarded(access.read(path))
         return bytes(data).decode(errors="replace")
 
     @server.tool()
     async def list_files(path: str = "") -> str:
         """List a directory of the repository ('' is the root), one name a line."""
-        names = await guarded(access.listdir(path))
+        names = await _guarded(access.listdir(path))
         return "\n".join(n for n in names if n != ".git")
 
     @server.tool()
     async def write_file(path: str, content: str) -> str:
         """Create or overwrite a file with the given content."""
-        live()
-        return changed(await guarded(access.write(path, content.encode())), f"wrote {path}")
+        _live(finished)
+        return _changed(await _guarded(access.write(path, content.encode())), f"wrote {path}")
 
     @server.tool()
     async def edit(path: str, old: str = "", new: str = "", diff: str = "") -> str:
         """Change a file: replace the exact text `old` (which must occur once) with `new`,
         or apply a unified diff given as `diff`."""
-        live()
+        _live(finished)
         if diff:
-            return changed(await guarded(access.patch(path, diff)), f"patched {path}")
-        current = bytes(await guarded(access.read(path))).decode()
+            return _changed(await _guarded(access.patch(path, diff)), f"patched {path}")
+        current = bytes(await _guarded(access.read(path))).decode()
         count = current.count(old) if old else 0
         if count != 1:
             where = "does not occur" if count == 0 else f"occurs {count} times"
             raise ToolError(f"`old` {where} in {path}; give a longer unique excerpt")
-        said = await guarded(access.write(path, current.replace(old, new, 1).encode()))
-        return changed(said, f"edited {path}")
+        said = await _guarded(access.write(path, current.replace(old, new, 1).encode()))
+        return _changed(said, f"edited {path}")
+
+
+def _team_tools(server: MCPServer, access: ScopeAccess, finished: list[str]) -> None:
+    """run, send_message, inbox, finish."""
+    from mcp.server.mcpserver.exceptions import ToolError
 
     @server.tool()
     async def run(command: str, timeout: float = 120.0) -> str:
         """Run a shell command in the repository root (no network). Files it changes are
         kept only if the supervisor accepts them. Returns the exit code and output."""
-        live()
-        said = await guarded(access.run(["sh", "-c", command], min(timeout, 600.0), RUN_ENV))
+        _live(finished)
+        said = await _guarded(access.run(["sh", "-c", command], min(timeout, 600.0), RUN_ENV))
         if said.blocked:
             raise ToolError(blocked_text(said))
         head = f"exit code {said.returncode}" + (" (timed out)" if said.timed_out else "")
@@ -122,24 +143,22 @@ def build_server(access: ScopeAccess) -> MCPServer:
     @server.tool()
     async def send_message(to: str, text: str) -> str:
         """Send a message to another agent's scope (shown in its inbox)."""
-        return changed(await guarded(access.send(to, text)), f"sent to {to}")
+        return _changed(await _guarded(access.send(to, text)), f"sent to {to}")
 
     @server.tool()
     async def inbox() -> str:
         """Take the messages other agents and the supervisor sent you since the last look."""
-        got = await guarded(access.inbox())
+        got = await _guarded(access.inbox())
         return "\n".join(f"from {s or 'someone'}: {t}" for s, t in got) or "no messages"
 
     @server.tool()
     async def finish(summary: str) -> str:
         """Declare the task done, with a short summary (your parent scope is told)."""
-        live()
+        _live(finished)
         if access.parent is not None:
-            changed(await guarded(access.send(access.parent, f"finished: {summary}")), "")
+            _changed(await _guarded(access.send(access.parent, f"finished: {summary}")), "")
         finished.append(summary)
         return "finished"
-
-    return server
 
 
 async def serve_stdio(scope: str, *, url: str | None = None, token: str | None = None,

@@ -38,11 +38,11 @@ from ._miniswe_protocols import (
 )
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import transcript_at
-from .coding import AgentResult, AgentStatus
+from .entry import with_old_call_form
+from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
     AssistantMessage,
     ModelError,
-    Provider,
     UserMessage,
 )
 
@@ -126,10 +126,7 @@ class MiniSweAgent:
 
     async def patch(self) -> str:
         """`git diff` of the scope's head against its fork point."""
-        trace = self.coord.trace
-        base, head = self.scope.fork_point, self.scope.head
-        return await self.coord.io(
-            lambda: trace.commit(base).tree.diff_to_tree(trace.commit(head).tree).patch or "")
+        return await scope_patch(self.coord, self.scope)
 
     # -- called on the loop by the agent's thread -----------------------------------------
 
@@ -244,10 +241,16 @@ def _scope_agent_class() -> type:
     return ScopeAgent
 
 
-async def run(coord: Coordinator, scope: Scope, task: str, *, provider: Provider,
-              max_steps: int = 30, max_tokens: int | None = None, retries: int = 4,
-              ) -> AgentResult:
-    """The `mini-swe-agent` entry of the `corral.agents` group (see `agents.entry`)."""
-    del max_tokens  # mini-swe-agent limits steps (and cost), not tokens
-    caller = ModelCaller(coord, provider, attempts=retries)
-    return await MiniSweAgent(coord, scope, caller, task, max_steps=max_steps).run()
+async def _mini_swe_agent(ctx: AgentContext) -> AgentResult:
+    """mini-swe-agent (`MiniSweAgent`) as the `mini-swe-agent` entry of `corral.agents`.
+    It limits steps (and cost), not tokens: `ctx.budget.max_tokens` is not used, nor
+    `ctx.tools` (its one tool is bash)."""
+    if ctx.provider is None:
+        raise ValueError("mini-swe-agent needs a model provider")
+    caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
+    return await MiniSweAgent(ctx.coord, ctx.scope, caller, ctx.task,
+                              max_steps=ctx.budget.max_steps).run()
+
+
+run = with_old_call_form(_mini_swe_agent)
+"""The `mini-swe-agent` entry of the `corral.agents` group (an `Agent`)."""

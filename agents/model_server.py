@@ -1,12 +1,13 @@
-"""A local model server that speaks the OpenAI and Anthropic wire formats and serves scripts.
+"""The scripted model server: the OpenAI and Anthropic wire formats, answered from scripts.
 
 Tests and benchmarks point the real `openai` / `anthropic` SDKs at it (through `base_url`),
 so everything between our provider code and the socket is the code that runs in production.
 
 * `POST /v1/chat/completions` answers in OpenAI's chat-completions format;
   `POST /v1/messages` in Anthropic's messages format. Non-streaming only.
-* Replies come from a per-model script (`server.script("model-a", [...])`): a list of steps
-  consumed in order, or a callable that routes on the request JSON.
+* Replies come from a per-model `Script` (`server.script("model-a", [...])`, the same
+  scripts as `ScriptedProvider`'s): replies consumed in order, or a function of the request
+  JSON. `corral model-server --script FILE` reads them with `read_scripts`.
 * `server.fail_next(n, status)` makes the next n requests fail, to exercise retries.
 * Prompt caching is emulated (`agents.providers.PrefixCache`), so forks can be shown to reuse
   the provider cache.
@@ -28,23 +29,28 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
 from aiohttp import web
 
-from agents.providers import CacheUsage, PrefixCache, Reply, ScriptedCall, tokenize
+from agents.providers import (
+    CacheUsage,
+    PrefixCache,
+    Reply,
+    Script,
+    ScriptedCall,
+    read_scripts,
+    tokenize,
+)
 
-# Reply and ScriptedCall are the script vocabulary, re-exported so tests import one module.
-__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedCall", "ScriptedModelServer"]
+# The script vocabulary (agents.providers.scripted), re-exported so tests import one module.
+__all__ = ["Api", "LoggedRequest", "Reply", "Script", "ScriptedCall", "ScriptedModelServer",
+           "read_scripts"]
 
 Api = Literal["openai", "anthropic"]
-
-Script = Sequence[Reply | str] | Callable[[dict[str, Any]], Reply | str]
-"""Steps served in order, or a function of the request JSON that picks the reply."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,7 @@ class ScriptedModelServer:
         self.port = port
         self.cache = PrefixCache(block_size)
         self.requests: list[LoggedRequest] = []
-        self._scripts: dict[str, Script] = {}
+        self._scripts: dict[str, Script[dict[str, Any]]] = {}
         self._next_step: dict[str, int] = {}
         self._failures: list[int] = []
         self._runner: web.AppRunner | None = None
@@ -107,7 +113,7 @@ class ScriptedModelServer:
         """The Anthropic SDK's `base_url` (the SDK appends `/v1/messages`)."""
         return f"http://{self.host}:{self.port}"
 
-    def script(self, model: str, steps: Script) -> None:
+    def script(self, model: str, steps: Script[dict[str, Any]]) -> None:
         """Serves `steps` to requests naming `model`, replacing any earlier script for it."""
         self._scripts[model] = steps if callable(steps) else list(steps)
         self._next_step[model] = 0
@@ -345,24 +351,6 @@ def _error(api: Api, status: int, message: str) -> web.Response:
     else:
         body = {"type": "error", "error": {"type": kind, "message": message}}
     return web.json_response(body, status=status)
-
-
-def _load_script(path: Path) -> dict[str, list[Reply | str]]:
-    """Reads `{"model": [step, ...]}` where a step is a string or {"text", "tool_calls"}."""
-    raw = json.loads(path.read_text())
-    return {
-        model: [
-            step
-            if isinstance(step, str)
-            else Reply(
-                step.get("text", ""),
-                [ScriptedCall(c["name"], c.get("arguments", {}))
-                 for c in step.get("tool_calls", [])],
-            )
-            for step in steps
-        ]
-        for model, steps in raw.items()
-    }
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def bench_replay(
     legacy_json: LegacyJsonFile = None,
 ) -> None:
     """Prompt-cache reuse of fork-and-replay against the local model server."""
-    from bench import replay as replay_bench
+    from bench import replay_cache as replay_bench
 
     target = json_target(json_flag, json_out, legacy_json)  # before any work
     report = replay_bench.run([int(k) for k in diverge.split(",") if k.strip()],

@@ -27,7 +27,7 @@ from ._records import (
 )
 from ._retry import OnRetry, complete_with_retries
 from ._spec import provider_from_spec
-from .scripted import Reply, ScriptedCall, ScriptedProvider
+from .scripted import Reply, Script, ScriptedCall, ScriptedProvider, read_scripts
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicProvider
@@ -46,6 +46,7 @@ __all__ = [
     "PrefixCache",
     "Provider",
     "Reply",
+    "Script",
     "ScriptedCall",
     "ScriptedProvider",
     "StopReason",
@@ -56,6 +57,7 @@ __all__ = [
     "UserMessage",
     "complete_with_retries",
     "provider_from_spec",
+    "read_scripts",
     "tokenize",
 ]
 

@@ -1,8 +1,17 @@
-"""Scripted replies: the script vocabulary and an in-process provider that serves it.
+"""Scripted models: the script vocabulary, script files, and the in-process scripted provider.
 
-`Reply` and `ScriptedCall` are what scripts are written in, here and in `agents.model_server`.
-`ScriptedProvider` answers without any server, for unit tests; it counts tokens and prompt
-cache hits like the model server does, with OpenAI's rule that every prompt is cacheable.
+A `Script` is what a scripted model answers: its `Reply`s (text and `ScriptedCall`s) in
+order, or a function of the request that picks the reply. The same scripts drive two models
+(see the package docs of `agents`, "Scripted models and the scripted agent"):
+
+- `ScriptedProvider` (here): a `Provider` in process, no socket and no SDK; its script
+  functions get the provider-neutral `ModelRequest`. For unit tests of an agent loop.
+- `agents.model_server.ScriptedModelServer`: an HTTP server in the OpenAI and Anthropic
+  wire formats, for the real SDKs; its script functions get the request's JSON as sent.
+
+`read_scripts` reads a script file (`corral model-server --script FILE`). Both count tokens
+and prompt cache hits the same way (`PrefixCache`); the provider with OpenAI's rule that
+every prompt is cacheable.
 """
 
 from __future__ import annotations
@@ -11,13 +20,14 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from ._errors import ModelError
 from ._prompt_cache import PrefixCache, tokenize
 from ._records import ModelRequest, ModelResponse, ToolUse, Usage, UserMessage
 
-__all__ = ["Reply", "ScriptedCall", "ScriptedProvider"]
+__all__ = ["Reply", "Script", "ScriptedCall", "ScriptedProvider", "read_scripts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,20 +50,53 @@ class Reply:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
 
 
-Replies = Sequence[Reply | str] | Callable[[ModelRequest], Reply | str]
+RequestT = TypeVar("RequestT")
+
+Script = Sequence[Reply | str] | Callable[[RequestT], Reply | str]
+"""Replies served in order (a string is a text reply), or a function of the request that
+picks the reply: `Script[ModelRequest]` for `ScriptedProvider`, `Script[dict[str, Any]]`
+(the request JSON) for the model server."""
+
+
+def read_scripts(path: str | Path) -> dict[str, list[Reply | str]]:
+    """The scripts of a script file, by model: `{"model": [step, ...]}` where a step is a
+    string or `{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}`.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not such JSON (json.JSONDecodeError, KeyError as ValueError).
+    """
+    raw = json.loads(Path(path).read_text())
+    try:
+        return {
+            model: [
+                step
+                if isinstance(step, str)
+                else Reply(
+                    step.get("text", ""),
+                    [ScriptedCall(c["name"], c.get("arguments", {}))
+                     for c in step.get("tool_calls", [])],
+                )
+                for step in steps
+            ]
+            for model, steps in raw.items()
+        }
+    except (KeyError, AttributeError, TypeError) as e:
+        raise ValueError(f"{path} is not a script file ({type(e).__name__}: {e})") from e
 
 
 class ScriptedProvider:
-    """Answers requests from `replies` in order, or from a function of the request.
+    """Answers requests from `script`: its replies in order, or a function of the request.
 
-    Without replies it echoes the last user message, which is enough for smoke tests.
+    Without a script it echoes the last user message, which is enough for smoke tests.
     """
 
     def __init__(
-        self, replies: Replies | None = None, *, model: str = "scripted", block_size: int = 64
+        self, script: Script[ModelRequest] | None = None, *, model: str = "scripted",
+        block_size: int = 64,
     ) -> None:
         self._model = model
-        self._replies = replies if replies is None or callable(replies) else list(replies)
+        self._replies = script if script is None or callable(script) else list(script)
         self._next = 0
         self._cache = PrefixCache(block_size)
         self.requests: list[ModelRequest] = []

@@ -236,3 +236,40 @@ async def test_text_reply_ends_the_run(tmp_path: Path, repo: Path, server: Scrip
         result = await CodingAgent(coord, scope, ModelCaller(coord, provider), "t").run()
     await provider.aclose()
     assert (result.status, result.summary, result.steps) == ("finished", "nothing to do", 1)
+
+
+async def test_builtin_agent_takes_a_context(
+    tmp_path: Path, repo: Path, server: ScriptedModelServer
+) -> None:
+    """`builtin(AgentContext)` is the CodingAgent on the context's provider and budget: it
+    stops at `budget.max_steps`, and without messaging the model is offered no
+    send_message tool and not told about it."""
+    from agents import AgentContext, Budget, load_agent
+    from agents.providers import ScriptedProvider
+
+    provider = ScriptedProvider([call("read_file", path="calc.py")] * 3)
+    agent = load_agent("builtin")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        scope = await coord.root.fork("w")
+        result = await agent(AgentContext(coord, scope, "t", provider, Budget(max_steps=2),
+                                          name="w", messaging=False))
+    assert result.status == "step_limit" and result.steps == 2
+    [first, *_] = provider.requests
+    assert "send_message" not in {t.name for t in first.tools}
+    assert "send_message" not in first.system and "read_file" in first.system
+
+
+async def test_builtin_agent_refuses_an_unknown_tool(tmp_path: Path, repo: Path) -> None:
+    """A context naming a tool the builtin agent lacks is a ValueError before any model
+    call; the tools it names are the only ones offered."""
+    from agents import AgentContext, CodingAgent
+    from agents.providers import ScriptedProvider
+
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        scope = await coord.root.fork("w")
+        ctx = AgentContext(coord, scope, "t", ScriptedProvider(), tools=("read_file", "fly"))
+        with pytest.raises(ValueError, match="fly"):
+            CodingAgent.from_context(ctx)
+        only = CodingAgent.from_context(AgentContext(coord, scope, "t", ScriptedProvider(),
+                                                     tools=("read_file", "finish")))
+        assert [t.name for t in only.tools] == ["read_file", "finish"]

@@ -136,8 +136,8 @@ def test_corral_run_with_mini_swe_agent(tmp_path: Path, served) -> None:
 def test_agents_by_name_or_path() -> None:
     """The corral.agents group registers builtin and mini-swe-agent; module:attr loads any
     callable; an unknown name is a LookupError naming the choices."""
-    from agents import miniswe
-    from agents.entry import agent_names, builtin, load_agent
+    from agents import agent_names, load_agent, miniswe
+    from agents.entry import builtin
 
     assert {"builtin", "mini-swe-agent"} <= set(agent_names())
     assert load_agent("builtin") is builtin

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import replay as bench_replay
+from bench import replay_cache as bench_replay
 
 pytestmark = pytest.mark.slow  # a benchmark run against the model server
 

@@ -114,13 +114,17 @@ def test_model_server_command_serves_a_script(tmp_path: Path) -> None:
         proc.wait(10)
 
 
-@pytest.mark.parametrize("module", ["bench.substrate", "bench.server", "bench.replay"])
-def test_python_m_on_a_benchmark_runs_its_typer_command(module: str) -> None:
-    """`python -m bench.X --help` shows `corral bench X`'s options: one command line."""
+@pytest.mark.parametrize(("module", "command"), [
+    ("bench.substrate", "substrate"), ("bench.server", "server"),
+    ("bench.replay_cache", "replay"),
+])
+def test_python_m_on_a_benchmark_runs_its_typer_command(module: str, command: str) -> None:
+    """`python -m bench.X --help` shows its `corral bench` command's options: one command
+    line."""
     r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert f"corral bench {module.split('.')[1]}" in r.stdout and "--json-out" in r.stdout
+    assert f"corral bench {command}" in r.stdout and "--json-out" in r.stdout
 
 
 def test_no_plugin_at_all_says_how_to_get_the_commands_back(

@@ -1,4 +1,4 @@
-"""The replay benchmark: prompt-cache reuse of fork-and-replay.
+"""The prompt-cache benchmark of replay (`agents.replay`): cache reuse of fork-and-replay.
 
 A built-in coding agent runs a scripted task (read two files, make a series of edits, run
 the tests, finish) against the local model server (`agents.model_server`), through the real
@@ -9,6 +9,8 @@ is the share of the live suffix's prompt tokens the server served from its cache
 reports about 95%; the target is >= 95%).
 
     corral bench replay [--diverge 4,8] [-o FILE]
+
+(The command keeps the short name: under `corral bench` it is the benchmark of replay.)
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def render(report: dict[str, Any]) -> Table:
 
 
 if __name__ == "__main__":
-    # `python -m bench.replay ...` is `corral bench replay ...`: one command line
+    # `python -m bench.replay_cache ...` is `corral bench replay ...`: one command line
     from bench.cli import app
 
     app(["replay", *sys.argv[1:]], prog_name="corral bench")

@@ -1,8 +1,11 @@
-"""The scripted agent: a fixed list of steps carried out as real effects.
+"""The scripted agent: a fixed list of steps carried out as real effects, no model.
 
 It serves tests, benchmarks and the demo: every step goes through the scope's
 one path (policy chain, workspace, trace) exactly like a model-driven agent's.
-A blocked step does not stop the script; the step's Result says why.
+A blocked step does not stop the script; the step's Result says why. It is an
+`Agent` too (``await ScriptedAgent(steps)(ctx)``), so `corral run --agent module:attr`
+can run one. For a scripted *model* behind a model-driven agent, see
+`agents.providers.scripted`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from coordinator import Result, Scope
+
+from .protocol import AgentContext, AgentResult, scope_patch
 
 __all__ = ["Delete", "Patch", "Run", "ScriptedAgent", "Send", "Step", "Write"]
 
@@ -57,6 +62,16 @@ class ScriptedAgent:
     ) -> None:
         self.steps = list(steps)
         self.on_result = on_result
+
+    async def __call__(self, ctx: AgentContext) -> AgentResult:
+        """Carry out every step in `ctx.scope` (the context's provider and budget are not
+        used); returns a finished result counting the steps and the blocked ones."""
+        results = await self.run(ctx.scope)
+        return AgentResult(
+            name=ctx.scope.name, status="finished", summary=f"{len(results)} scripted steps",
+            steps=len(results), prompt_tokens=0, cached_tokens=0, completion_tokens=0,
+            blocked=sum(r.blocked for r in results), patch=await scope_patch(ctx.coord, ctx.scope),
+            head=ctx.scope.head)
 
     async def run(self, scope: Scope) -> list[Result]:
         """Carry out every step; returns their Results in order."""
