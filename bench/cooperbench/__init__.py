@@ -12,9 +12,11 @@ agents working in Corral scopes, graded by CooperBench 0.0.29's rules with stock
     units        `_units`        each (pair, setting): fork, work, merge, grade
                                  (`_spec` the run's configuration, `_run` and `_ray`
                                  the executors, `_store` the results file)
-    agents       `_job`          what an agent is given and reports; `_agents` (load
-                                 one), `_oracle`, `_team` (a pair at work) and
-                                 `_team_rules` (its budget, messaging, supervisor)
+    agents       `_agents`       the run's agent (an `agents.Agent`) and each one's
+                                 `AgentContext`; `_oracle` (the oracle, an Agent);
+                                 `_team` (a pair at work), `_team_rules` (its budget,
+                                 messaging, supervisor); `_agent_report` (what they
+                                 came to, with the bench's own record)
     merge        `_merge`        Corral's merge of the agents' scopes, the LLM resolver
     grade        `_grade`        CooperBench's rules on a `Workbench` (`_workbench`):
                                  stock git (`_git_workbench`, the reference) or Corral
@@ -23,15 +25,15 @@ agents working in Corral scopes, graded by CooperBench 0.0.29's rules with stock
                                  `_census` the plain-merge census; `_cli` the command
 """
 
-from ._agents import ModelAgent, load_agent
+from ._agent_report import AgentReport, TeamRecord
+from ._agents import AgentChoice, AgentOptions, load_agent
 from ._census import CensusRow, census_pair, compare_with_report
 from ._dataset import Feature, Pair, Task, load_tasks, mini_suite, select_pairs, test_command
 from ._environment import LANGUAGES, check_toolchain, recipe, task_test_command
 from ._git_workbench import GitWorkbench
 from ._grade import Grade, grade_merged, grade_solo
 from ._host_env import Environment, prepare_env
-from ._job import Agent, AgentOptions, AgentReport, Job
-from ._oracle import OracleAgent, oracle_steps
+from ._oracle import OracleAgent, oracle, oracle_steps
 from ._patches import is_test_path, split_diff, strip_tests
 from ._recipe import LanguageSupport, Recipe, Snapshot, Unsupported
 from ._records import FORMAT_VERSION, FeatureResult, PairResult, Timings
@@ -46,7 +48,7 @@ from ._workbench import MergeRun, TestRun, Workbench, parse_results
 __all__ = [
     "FORMAT_VERSION",
     "LANGUAGES",
-    "Agent",
+    "AgentChoice",
     "AgentOptions",
     "AgentReport",
     "CensusRow",
@@ -55,10 +57,8 @@ __all__ = [
     "FeatureResult",
     "GitWorkbench",
     "Grade",
-    "Job",
     "LanguageSupport",
     "MergeRun",
-    "ModelAgent",
     "OracleAgent",
     "Pair",
     "PairResult",
@@ -69,6 +69,7 @@ __all__ = [
     "Snapshot",
     "Task",
     "TaskState",
+    "TeamRecord",
     "TestRun",
     "Timings",
     "Unsupported",
@@ -83,6 +84,7 @@ __all__ = [
     "load_agent",
     "load_tasks",
     "mini_suite",
+    "oracle",
     "oracle_steps",
     "parse_results",
     "plan",

@@ -1,76 +1,107 @@
-"""Loading the agent of a run (`--agent`): `oracle` (`_oracle`), any agent of the entry
-point group `corral.agents` (`builtin` = `agents.CodingAgent`, `mini-swe-agent`, or
-yours; see `agents.entry`) on a model (`--model PROVIDER/MODEL [--base-url]`), or
-`module:attr`: such an agent function, or a pair agent (`name` and async `run(job)`)
-or its factory `factory(options: AgentOptions) -> Agent`.
+"""The agent of a run (`--agent`) and what each agent of a pair is given.
+
+Every agent is an `agents.Agent`: ``await agent(ctx: AgentContext) -> AgentResult``.
+`--agent` names one: `oracle` (`_oracle`: bound to each agent's features), an agent of
+the entry point group `corral.agents` (`builtin` = `agents.CodingAgent`,
+`mini-swe-agent`, or yours) on a model (`--model PROVIDER/MODEL [--base-url]`), or a
+`module:attr` path to such an agent (given a provider when `--model` is).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ._job import Agent, AgentOptions, AgentReport, Job
-from ._oracle import OracleAgent
+from coordinator import Coordinator, Scope
+
+from ._dataset import Feature
 
 if TYPE_CHECKING:
-    from agents.entry import AgentFn
+    from agents import Agent, AgentContext
+    from agents.providers import Provider
 
-__all__ = ["ModelAgent", "is_builtin", "load_agent"]
+__all__ = ["AgentChoice", "AgentOptions", "context", "load_agent", "task_text"]
 
 
-class ModelAgent:
-    """An agent of the `corral.agents` group (`builtin`, `mini-swe-agent`, or yours):
-    an async `run(coord, scope, task, *, provider, max_steps, max_tokens, retries)`
-    (see `agents.entry`), on `--model PROVIDER/MODEL` (and `--base-url`)."""
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """What `--agent`, `--model` and `--base-url` say."""
 
-    def __init__(self, name: str, fn: AgentFn, options: AgentOptions) -> None:
-        if not options.model:
-            raise ValueError(f"the {name} agent needs --model PROVIDER/MODEL")
-        self.name, self.fn, self.options = name, fn, options
+    model: str | None = None
+    base_url: str | None = None
+    retries: int = 4
 
-    async def run(self, job: Job) -> AgentReport:
+
+@dataclass(frozen=True, slots=True)
+class AgentChoice:
+    """The run's agent, as the team runs it."""
+
+    name: str
+    """Its name in the results (`PairResult.agent`)."""
+    agent: Agent | None
+    """None: the oracle, an agent bound to its features (`_oracle.oracle`)."""
+    options: AgentOptions
+    builtin: bool = False
+    """The built-in `agents.CodingAgent`: a team of them runs as workers an LLM
+    supervisor can steer."""
+
+    @property
+    def oracle(self) -> bool:
+        return self.agent is None
+
+    def provider(self) -> Provider | None:
+        """A new provider of `--model` for one agent (None without one); the caller
+        closes it."""
+        if self.options.model is None:
+            return None
         from agents.providers import provider_from_spec
 
-        assert self.options.model is not None
-        provider = provider_from_spec(self.options.model, self.options.base_url)
-        try:
-            r = await self.fn(job.coord, job.scope, job.text, provider=provider,
-                              max_steps=job.max_steps, max_tokens=job.max_tokens,
-                              retries=self.options.retries)
-        finally:
-            await provider.aclose()
-        return AgentReport(status=r.status, steps=r.steps, prompt_tokens=r.prompt_tokens,
-                           cached_tokens=r.cached_tokens, completion_tokens=r.completion_tokens,
-                           blocked=r.blocked, error=r.error)
+        return provider_from_spec(self.options.model, self.options.base_url)
 
 
-def load_agent(spec: str, options: AgentOptions) -> Agent:
+def load_agent(spec: str, options: AgentOptions) -> AgentChoice:
     """The agent named `spec`: `oracle`, an agent of the `corral.agents` group
-    (`builtin`, `mini-swe-agent`, ...: run on `options.model`), or `module:attr` naming
-    either such a function or a pair agent (an object with `name` and async
-    `run(job)`, or a factory called with `options`). Raises LookupError or ValueError."""
-    from agents.entry import agent_names
-    from agents.entry import load_agent as load_model_agent
+    (`builtin`, `mini-swe-agent`, ...: run on `options.model`), or `module:attr`.
+    Raises LookupError (no such agent) or ValueError (a named agent without a model)."""
+    from agents import agent_names
+    from agents import load_agent as load_corral_agent
+    from agents.entry import builtin
 
     if spec == "oracle":
-        return OracleAgent()
+        return AgentChoice("oracle", None, options)
     if ":" not in spec and spec not in agent_names():
         raise LookupError(f"no agent {spec!r}: use oracle, an agent of corral.agents "
                           f"({', '.join(agent_names()) or 'none installed'}) or module:attr")
-    # Whatever `module:attr` names: an agent function, a pair agent or its factory.
-    obj: Any = load_model_agent(spec)
-    if isinstance(obj, type) or hasattr(obj, "run"):
-        # A pair agent, or its factory: it gets the whole Job.
-        agent = obj(options) if isinstance(obj, type) or not isinstance(obj, Agent) else obj
-        if not isinstance(agent, Agent):
-            raise LookupError(f"agent {spec!r} has no `name` and async `run(job)`")
-        return agent
-    return ModelAgent(spec.rpartition(":")[2] if ":" in spec else spec, obj, options)
+    if ":" not in spec and not options.model:
+        raise ValueError(f"the {spec} agent needs --model PROVIDER/MODEL")
+    agent = load_corral_agent(spec)
+    name = spec.rpartition(":")[2] if ":" in spec else spec
+    return AgentChoice(name, agent, options, builtin=agent is builtin)
 
 
-def is_builtin(agent: Agent) -> bool:
-    """Whether `agent` is the built-in `agents.CodingAgent` (which the team runs as
-    workers an LLM supervisor can steer)."""
-    from agents.entry import builtin
+def task_text(features: tuple[Feature, ...], teammates: tuple[str, ...], messaging: bool
+              ) -> str:
+    """The prompt text: one feature.md, or (solo) each as `## Feature i … ---`."""
+    if len(features) == 1:
+        text = features[0].description.strip()
+    else:
+        text = "\n\n".join(f"## Feature {i}\n\n{f.description.strip()}\n\n---"
+                           for i, f in enumerate(features, 1))
+    if teammates and messaging:
+        text += ("\n\nAnother agent implements a different feature of the same repository in "
+                 f"parallel ({', '.join(teammates)}); your changes are merged with theirs. "
+                 "Use send_message to coordinate.")
+    return text
 
-    return isinstance(agent, ModelAgent) and agent.fn is builtin
+
+def context(coord: Coordinator, scope: Scope, features: tuple[Feature, ...],
+            provider: Provider | None, *, max_steps: int, max_tokens: int | None,
+            retries: int = 4, teammates: tuple[str, ...] = (), messaging: bool = True
+            ) -> AgentContext:
+    """What one agent of a pair is given: its scope, its features' text, its share of
+    the pair's budget, its teammates (by scope name)."""
+    from agents import AgentContext, Budget
+
+    return AgentContext(coord, scope, task_text(features, teammates, messaging), provider,
+                        Budget(max_steps=max_steps, max_tokens=max_tokens, retries=retries),
+                        name=scope.name, teammates=teammates, messaging=messaging)

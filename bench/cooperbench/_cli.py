@@ -19,10 +19,10 @@ from rich.table import Table
 
 from coordinator.cli_shared import console, err, print_error
 
+from ._agents import AgentOptions
 from ._census import CensusRow, census_pair, compare_with_report
 from ._dataset import Pair, Task, mini_suite
 from ._git_workbench import GitWorkbench
-from ._job import AgentOptions
 from ._recipe import Unsupported
 from ._records import PairResult
 from ._report import plot, render, summarize, to_markdown

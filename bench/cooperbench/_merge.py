@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import Conflict, Coordinator, MergeResult, Scope
 
-from ._job import AgentReport
+from ._agent_report import AgentReport
 from ._patches import git_merge_file
 
 if TYPE_CHECKING:

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from coordinator import Coordinator, PatchError, Result, Scope
 from coordinator.store import merge_texts
 
+from ._agent_report import AgentReport
 from ._dataset import Feature
-from ._job import AgentOptions, AgentReport, Job
 from ._patches import apply_hunk_exact, hunk_delta, shift_hunk, split_diff
 
-__all__ = ["OracleAgent", "Step", "apply_step", "oracle_steps", "run_oracle_step"]
+if TYPE_CHECKING:
+    from agents import AgentContext, AgentResult
+
+__all__ = ["OracleAgent", "Step", "apply_step", "oracle", "oracle_steps", "run_oracle_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,23 +103,37 @@ async def _apply_three_way(scope: Scope, step: Step, base: bytes) -> Result:
 
 
 class OracleAgent:
-    """Applies its features' gold patches hunk by hunk (one after the other for solo)."""
+    """An `agents.Agent` that applies its features' gold patches hunk by hunk (one after
+    the other for solo), within `ctx.budget.max_steps`. What it came to beyond the
+    `AgentResult` (the notes of hunks that did not apply or were blocked) is in
+    `report`."""
 
-    name = "oracle"
+    def __init__(self, features: tuple[Feature, ...]) -> None:
+        self.features = features
+        self.report = AgentReport()
 
-    def __init__(self, options: AgentOptions | None = None) -> None:
-        self.options = options
+    async def __call__(self, ctx: AgentContext) -> AgentResult:
+        from agents import AgentResult
+        from agents.protocol import scope_patch
 
-    async def run(self, job: Job) -> AgentReport:
-        report = AgentReport()
-        for feature in job.features:
-            for step in oracle_steps(feature):
-                if report.steps >= job.max_steps:  # the step budget holds for oracles too
-                    report.status = "step_limit"
-                    report.notes.append(f"step budget spent ({job.max_steps})")
-                    return report
-                await run_oracle_step(job.scope, step, report, job.coord)
-        return report
+        report = self.report
+        limit = ctx.budget.max_steps
+        for step in (s for feature in self.features for s in oracle_steps(feature)):
+            if report.steps >= limit:  # the step budget holds for oracles too
+                report.status = "step_limit"
+                report.notes.append(f"step budget spent ({limit})")
+                break
+            await run_oracle_step(ctx.scope, step, report, ctx.coord)
+        return AgentResult(
+            name=ctx.name, status="step_limit" if report.status == "step_limit" else "finished",
+            summary="; ".join(report.notes), steps=report.steps, prompt_tokens=0,
+            cached_tokens=0, completion_tokens=0, blocked=report.blocked,
+            patch=await scope_patch(ctx.coord, ctx.scope), head=ctx.scope.head)
+
+
+def oracle(features: tuple[Feature, ...]) -> OracleAgent:
+    """The oracle of `features`, an `agents.Agent`."""
+    return OracleAgent(features)
 
 
 async def run_oracle_step(scope: Scope, step: Step, report: AgentReport,

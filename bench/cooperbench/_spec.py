@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._agents import AgentOptions
 from ._dataset import mini_suite
-from ._job import AgentOptions
 from ._records import MergePolicy, Setting
 from ._team_rules import TeamConfig
 

@@ -6,7 +6,7 @@ hands one agent's work to the other, rewinds or restarts an agent, or does nothi
 Oracles take turns, one hunk each (agent1 first), so runs repeat; under the conflict
 guard a blocked oracle hands its remaining work to the other. The builtin agent runs
 as `agents.CodingAgent` workers (without send_message when messaging is off); any
-other agent gets a `Job` each.
+other agent (an `agents.Agent`) is awaited on an `AgentContext` each.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 
 from coordinator import Coordinator, Scope, SupervisorAction
 
-from ._agents import ModelAgent, is_builtin
+from ._agent_report import AgentReport
+from ._agents import AgentChoice, context
 from ._dataset import Feature
-from ._job import Agent, AgentReport, Job, task_text
 from ._oracle import OracleAgent, Step, oracle_steps, run_oracle_step
 from ._records import Setting
 from ._team_rules import PairBudget, PairRules, TeamConfig, supervisor_model
 
 if TYPE_CHECKING:
-    from agents import CodingAgent, LLMSupervisor
+    from agents import AgentContext, AgentResult, CodingAgent, LLMSupervisor
     from agents.providers import Provider
 
 __all__ = ["work"]
@@ -37,7 +37,7 @@ Worker: TypeAlias = "CodingAgent | _OracleWorker"
 
 
 async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-               features: tuple[Feature, Feature], setting: Setting, agent: Agent,
+               features: tuple[Feature, Feature], setting: Setting, agent: AgentChoice,
                rules: PairRules) -> AgentReport:
     """Run the pair's agents in `scopes` (solo: one) to the end; their report, with
     the budget and the supervisor's actions in `report.record`. An agent the
@@ -48,11 +48,8 @@ async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     budget.attach(coord)
     try:
         if setting == "solo":
-            job = Job(coord, scopes[0], "solo", features,
-                      task_text(features, "solo", (), False), max_steps=cfg.max_steps,
-                      max_tokens=cfg.max_tokens)
-            report = await agent.run(job)
-        elif isinstance(agent, OracleAgent):
+            report = await _solo(cfg, coord, scopes[0], features, agent)
+        elif agent.oracle:
             report = await _oracle_team(cfg, coord, scopes, features, setting, budget)
         else:
             report = await _model_team(cfg, coord, scopes, features, setting, agent, budget)
@@ -63,6 +60,49 @@ async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     if setting == "supervised":
         report.record["supervisor"] = cfg.supervisor
         report.record["supervisor_tokens"] = budget.usage(_supervisor_scope(scopes))[1]
+    return report
+
+
+async def _solo(cfg: TeamConfig, coord: Coordinator, scope: Scope,
+                features: tuple[Feature, Feature], agent: AgentChoice) -> AgentReport:
+    """One agent on both features with the pair's whole budget."""
+    if agent.oracle:
+        oracle = OracleAgent(features)
+        await oracle(context(coord, scope, features, None, max_steps=cfg.max_steps,
+                             max_tokens=cfg.max_tokens))
+        return oracle.report
+    return (await _run_agents(cfg, coord, [scope], [features], agent, cfg.max_steps,
+                              cfg.max_tokens))
+
+
+async def _run_agents(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
+                      features: Sequence[tuple[Feature, ...]], agent: AgentChoice,
+                      max_steps: int, max_tokens: int | None) -> AgentReport:
+    """`agent` in each of `scopes` at once, on its features, each with a provider of
+    its own; their reports summed."""
+    assert agent.agent is not None
+    run = agent.agent
+
+    async def one(ctx: AgentContext) -> AgentResult:
+        return await run(ctx)  # an Agent returns an awaitable, not always a coroutine
+
+    names = tuple(s.name for s in scopes)
+    providers = [agent.provider() for _ in scopes]
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(one(context(
+                coord, s, f, p, max_steps=max_steps, max_tokens=max_tokens,
+                retries=agent.options.retries,
+                teammates=tuple(n for n in names if n != s.name),
+                messaging=cfg.messaging if len(scopes) > 1 else True)))
+                for s, f, p in zip(scopes, features, providers, strict=True)]
+    finally:
+        for p in providers:
+            if p is not None:
+                await p.aclose()
+    report = AgentReport()
+    for t in tasks:
+        report.add(AgentReport.of(t.result()))
     return report
 
 
@@ -207,53 +247,37 @@ def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker]
 
 
 async def _model_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-                      features: tuple[Feature, Feature], setting: Setting, agent: Agent,
+                      features: tuple[Feature, Feature], setting: Setting, agent: AgentChoice,
                       budget: PairBudget) -> AgentReport:
-    """Two model agents at once. The builtin agent runs as `agents.CodingAgent`
-    workers (without send_message when messaging is off), which an LLM supervisor can
-    steer; any other agent gets a `Job` each."""
-    names = tuple(s.name for s in scopes)
+    """Two agents at once, each with half the pair's budget. The builtin agent runs as
+    `agents.CodingAgent` workers (without send_message when messaging is off), which an
+    LLM supervisor can steer; any other agent is awaited on its `AgentContext`."""
     per_agent = max(1, cfg.max_steps // 2)
     tokens = cfg.max_tokens // 2 if cfg.max_tokens else None
-    if is_builtin(agent):
-        return await _coding_team(cfg, coord, scopes, features, cast(ModelAgent, agent),
-                                  budget, per_agent, tokens)
+    if agent.builtin:
+        return await _coding_team(cfg, coord, scopes, features, agent, budget, per_agent,
+                                  tokens)
     if supervisor_model(cfg.supervisor) is not None and setting == "supervised":
         raise ValueError("--supervisor llm:... steers the oracle and builtin agents only")
-    jobs = []
-    for s, f in zip(scopes, features, strict=True):
-        mates = tuple(n for n in names if n != s.name)
-        jobs.append(Job(coord, s, s.name, (f,), task_text((f,), s.name, mates, cfg.messaging),
-                        mates, cfg.messaging, per_agent, tokens))
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(agent.run(j)) for j in jobs]
-    report = AgentReport()
-    for t in tasks:
-        report.add(t.result())
-    return report
+    return await _run_agents(cfg, coord, scopes, [(f,) for f in features], agent, per_agent,
+                             tokens)
 
 
 async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-                       features: tuple[Feature, Feature], agent: ModelAgent,
+                       features: tuple[Feature, Feature], agent: AgentChoice,
                        budget: PairBudget, per_agent: int, tokens: int | None) -> AgentReport:
-    from agents import SYSTEM_PROMPT, TOOLS, CodingAgent, ModelCaller
-    from agents.providers import provider_from_spec
+    from agents import CodingAgent
     from agents.supervisor import run_to_rest
 
-    assert agent.options.model is not None
     names = tuple(s.name for s in scopes)
-    tools, system = TOOLS, SYSTEM_PROMPT
-    if not cfg.messaging:
-        tools = tuple(t for t in TOOLS if t.name != "send_message")
-        system = system.replace(" send_message to tell another agent something (they see it "
-                                "at their next step),", "")
-    providers = [provider_from_spec(agent.options.model, agent.options.base_url)
-                 for _ in scopes]
+    providers = [agent.provider() for _ in scopes]
+    # From the context as `builtin` itself builds it (its tools and system prompt
+    # without send_message when messaging is off), kept as workers a supervisor steers.
     workers = [
-        CodingAgent(coord, s, ModelCaller(coord, p, attempts=agent.options.retries),
-                    task_text((f,), s.name, tuple(n for n in names if n != s.name),
-                              cfg.messaging),
-                    system=system, tools=tools, max_steps=per_agent, max_tokens=tokens)
+        CodingAgent.from_context(context(
+            coord, s, (f,), p, max_steps=per_agent, max_tokens=tokens,
+            retries=agent.options.retries, teammates=tuple(n for n in names if n != s.name),
+            messaging=cfg.messaging))
         for s, f, p in zip(scopes, features, providers, strict=True)]
     by_name = {w.name: w for w in workers}
     report = AgentReport()
@@ -272,17 +296,14 @@ async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
         results = await run_to_rest(workers, sup,
                                     (lambda _w: before()) if sup is not None else None)
         for w in workers:
-            r = results[w.name]
-            report.add(AgentReport(status=r.status, steps=r.steps, prompt_tokens=r.prompt_tokens,
-                                   cached_tokens=r.cached_tokens,
-                                   completion_tokens=r.completion_tokens, blocked=r.blocked,
-                                   error=r.error))
+            report.add(AgentReport.of(results[w.name]))
     finally:
         if sup is not None:
             await _close_supervisor(sup, sup_provider, report)
         scopes[:] = [w.scope for w in workers]
         for p in providers:
-            await p.aclose()
+            if p is not None:
+                await p.aclose()
     return report
 
 

@@ -33,9 +33,7 @@ from coordinator import (
     load_policy,
 )
 
-from ._agents import is_builtin
-from ._job import Agent
-from ._oracle import OracleAgent
+from ._agents import AgentChoice
 from ._records import Setting
 
 __all__ = [
@@ -74,10 +72,9 @@ def supervisor_model(spec: str) -> str | None:
     return model
 
 
-def check_supervisor(spec: str, agent: Agent) -> None:
+def check_supervisor(spec: str, agent: AgentChoice) -> None:
     """Refuse, before any work, an LLM supervisor over agents it cannot steer."""
-    if supervisor_model(spec) is not None and not (isinstance(agent, OracleAgent)
-                                                   or is_builtin(agent)):
+    if supervisor_model(spec) is not None and not (agent.oracle or agent.builtin):
         raise ValueError(f"--supervisor {spec} steers the oracle and builtin agents only "
                          f"(not {agent.name})")
 

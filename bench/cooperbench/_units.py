@@ -31,10 +31,11 @@ from typing import Literal
 
 from coordinator import Scope
 
+from ._agent_report import AgentReport
+from ._agents import AgentChoice
 from ._dataset import Pair, Task
 from ._environment import check_toolchain, task_test_command
 from ._grade import Grade, grade_merged, grade_solo
-from ._job import Agent, AgentReport
 from ._merge import merge_agents
 from ._patches import sanitize, strip_tests
 from ._recipe import Unsupported
@@ -155,7 +156,7 @@ async def run_unit(
     state: TaskState,
     pair: Pair,
     setting: Setting,
-    agent: Agent,
+    agent: AgentChoice,
 ) -> list[PairResult]:
     """Run `pair` in `setting` on the task's state and grade it; one PairResult per
     merge policy (one for solo). A failure anywhere becomes results with status
@@ -203,7 +204,7 @@ async def run_unit(
 
 
 async def _work(cfg: UnitConfig, state: TaskState, pair: Pair, setting: Setting,
-                agent: Agent, run: _Run, prefix: str) -> None:
+                agent: AgentChoice, run: _Run, prefix: str) -> None:
     coord, task = state.coord, state.task
     f1, f2 = task.features[pair.f1], task.features[pair.f2]
     t = time.perf_counter()
@@ -255,7 +256,7 @@ async def _grade(cfg: UnitConfig, task: Task, pair: Pair, merge: UnitMerge,
 
 
 def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: UnitMerge,
-            agent: Agent, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
+            agent: AgentChoice, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
             ) -> PairResult:
     base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
     logs = cfg.out / "logs" / _safe(task.key) / f"{pair.f1}-{pair.f2}"

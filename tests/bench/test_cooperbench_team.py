@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from agents import AgentContext, AgentResult
 from agents.model_server import Reply, ScriptedModelServer
-from bench.cooperbench import AgentOptions, AgentReport, Job, RunSpec, run
+from bench.cooperbench import AgentOptions, RunSpec, run
 from tests.agents._helpers import call, steps_of
 from tests.bench._mini import ADJACENT, IMPORTS, one_result, prompt_text
 
@@ -124,40 +125,38 @@ def test_messaging_off_supervised_oracle_cannot_hand_off(tmp_path: Path) -> None
     assert off.status == "failed" and off.handoffs == 0 and not off.messaging
 
 
-class Chatty:
-    """A plug-in pair agent that messages its teammate, then reads its inbox."""
+def _result(ctx: AgentContext, steps: int, prompt_tokens: int = 0,
+            error: str | None = None) -> AgentResult:
+    return AgentResult(name=ctx.name, status="finished", summary="", steps=steps,
+                       prompt_tokens=prompt_tokens, cached_tokens=0, completion_tokens=0,
+                       blocked=0, patch="", head=ctx.scope.head, error=error)
 
-    name = "chatty"
 
-    def __init__(self, options: AgentOptions) -> None:
-        pass
-
-    async def run(self, job: Job) -> AgentReport:
-        report = AgentReport()
-        sent = 0
-        for mate in job.teammates:
-            r = await job.scope.send(mate, f"hello from {job.role}")
-            report.notes.append("blocked" if r.blocked else "sent")
-            sent += not r.blocked
-        # Wait for the teammates' messages (as many as went out: the policy is the
-        # same both ways), not for a pause that a slow machine outlasts.
-        received: list[str] = []
-        for _ in range(1000):
-            received += [m.text for m in job.scope.take_messages()]
-            if len(received) >= sent:
-                break
-            await asyncio.sleep(0.01)
-        report.notes.extend(received)
-        report.steps = 1
-        report.error = "; ".join(report.notes)  # surfaced in the result's reason
-        return report
+async def chatty(ctx: AgentContext) -> AgentResult:
+    """A plug-in agent that messages its teammate, then reads its inbox."""
+    notes: list[str] = []
+    sent = 0
+    for mate in ctx.teammates:
+        r = await ctx.scope.send(mate, f"hello from {ctx.name}")
+        notes.append("blocked" if r.blocked else "sent")
+        sent += not r.blocked
+    # Wait for the teammates' messages (as many as went out: the policy is the
+    # same both ways), not for a pause that a slow machine outlasts.
+    received: list[str] = []
+    for _ in range(1000):
+        received += [m.text for m in ctx.scope.take_messages()]
+        if len(received) >= sent:
+            break
+        await asyncio.sleep(0.01)
+    notes.extend(received)
+    return _result(ctx, 1, error="; ".join(notes))  # surfaced in the result's reason
 
 
 def test_messaging_off_blocks_messages_between_agents(tmp_path: Path) -> None:
     """A message from one agent to the other is delivered with messaging on and blocked
     by the policy chain (never delivered) with it off."""
     common: dict[str, Any] = {"task": "kvstore", "pairs": "3-4", "settings": ("coop",),
-                              "workers": 1, "agent": "tests.bench.test_cooperbench_team:Chatty"}
+                              "workers": 1, "agent": "tests.bench.test_cooperbench_team:chatty"}
     on = one_result(RunSpec(out=tmp_path / "on", **common))
     off = one_result(RunSpec(out=tmp_path / "off", messaging=False, **common))
     assert "sent" in on.reason and ".coop.agent" in on.reason
@@ -197,33 +196,23 @@ def test_budgets_are_equal_per_pair_and_enforced(server: ScriptedModelServer,
     assert summarize(done)["budget"] == {"steps": [6], "tokens": [None], "equal": True}
 
 
-class Greedy:
-    """A plug-in pair agent that ignores its step budget and calls its model forever."""
+async def greedy(ctx: AgentContext) -> AgentResult:
+    """A plug-in agent that ignores its step budget and calls its model forever."""
+    from agents import ModelBlocked, ModelCaller
+    from agents.providers import ModelRequest, UserMessage
 
-    name = "greedy"
-
-    def __init__(self, options: AgentOptions) -> None:
-        self.options = options
-
-    async def run(self, job: Job) -> AgentReport:
-        from agents import ModelBlocked, ModelCaller
-        from agents.providers import ModelRequest, UserMessage, provider_from_spec
-
-        assert self.options.model is not None
-        provider = provider_from_spec(self.options.model, self.options.base_url)
-        caller = ModelCaller(job.coord, provider)
-        report = AgentReport()
-        try:
-            for _ in range(100):
-                r = await caller.call(job.scope, ModelRequest(
-                    model=provider.model, messages=(UserMessage(text="more"),)))
-                report.steps += 1
-                report.prompt_tokens += r.response.usage.prompt_tokens
-        except ModelBlocked as e:
-            report.notes.append(e.reason)
-        finally:
-            await provider.aclose()
-        return report
+    assert ctx.provider is not None
+    caller = ModelCaller(ctx.coord, ctx.provider)
+    steps = prompt_tokens = 0
+    try:
+        for _ in range(100):
+            r = await caller.call(ctx.scope, ModelRequest(
+                model=ctx.provider.model, messages=(UserMessage(text="more"),)))
+            steps += 1
+            prompt_tokens += r.response.usage.prompt_tokens
+    except ModelBlocked:
+        pass
+    return _result(ctx, steps, prompt_tokens)
 
 
 def test_budget_policy_stops_an_agent_that_ignores_it(server: ScriptedModelServer,
@@ -232,7 +221,7 @@ def test_budget_policy_stops_an_agent_that_ignores_it(server: ScriptedModelServe
     its share is blocked there, in solo and in coop alike."""
     server.script("g", lambda p: Reply("ok"))
     spec = RunSpec(out=tmp_path, task="kvstore", pairs="3-4", settings=("solo", "coop"),
-                   agent="tests.bench.test_cooperbench_team:Greedy",
+                   agent="tests.bench.test_cooperbench_team:greedy",
                    options=AgentOptions(model="openai/g", base_url=server.base_url),
                    max_steps=8, workers=1)
     results = {r.setting: r for r in run(spec)["results"]}
@@ -245,7 +234,7 @@ def test_llm_supervisor_is_refused_for_agents_it_cannot_steer(tmp_path: Path) ->
     without PROVIDER/MODEL."""
     with pytest.raises(ValueError, match="oracle and builtin"):
         run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",),
-                    agent="tests.bench.test_cooperbench_team:Chatty",
+                    agent="tests.bench.test_cooperbench_team:chatty",
                     supervisor="llm:openai/x"))
     with pytest.raises(ValueError, match="PROVIDER/MODEL"):
         run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",), supervisor="llm:x"))
