@@ -169,3 +169,41 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert sorted(private_imports("bench.x", ast.parse(src))) == [
         "agents._x", "coordinator._ignore", "coordinator._merge.merge_texts",
         "coordinator._trace", "sandboxes._exec"]
+
+
+COOPERBENCH = ROOT / "cooperbench"
+
+
+def oversized(path: Path, *, module_lines: int = 500, function_lines: int = 80) -> list[str]:
+    """What in `path` is too long to read in one go: the module over `module_lines`
+    lines (unless its docstring gives the reason, a line starting "Over 500 lines:"),
+    each function over `function_lines`."""
+    text = path.read_text()
+    tree = ast.parse(text)
+    found = []
+    doc = ast.get_docstring(tree) or ""
+    if len(text.splitlines()) > module_lines and "Over 500 lines:" not in doc:
+        found.append(f"{path.name}: {len(text.splitlines())} lines")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > function_lines:
+                found.append(f"{path.name}: {node.name} is {length} lines")
+    return found
+
+
+def test_cooperbench_modules_and_functions_are_short() -> None:
+    """No module of bench/cooperbench/ over 500 lines without a reason in its
+    docstring, no function over 80 lines."""
+    assert [f for p in sorted(COOPERBENCH.rglob("*.py")) for f in oversized(p)] == []
+
+
+def test_the_size_check_finds_a_long_function(tmp_path: Path) -> None:
+    """A function of 81 lines and a module over 500 are found; a reason in the
+    docstring lets the module pass."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(80))
+    long = tmp_path / "long.py"
+    long.write_text('"""A module."""\n\n\ndef f():\n' + body + "\n" * 420)
+    assert oversized(long) == ["long.py: 504 lines", "long.py: f is 81 lines"]
+    long.write_text('"""A module.\n\nOver 500 lines: a reason."""\n' + "\n" * 505)
+    assert oversized(long) == []
