@@ -123,6 +123,8 @@ def private_imports(package: str, root: Path = ROOT) -> list[str]:
                 targets = [(a.name, None) for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 targets = [(node.module or "", a.name) for a in node.names]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                targets = [(node.value.id, node.attr)]  # `coordinator._trace` in code
             else:
                 continue
             for target, name in targets:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ._dataset import Pair, Task
-from ._lab import Lab
 from ._patches import sanitize, strip_tests
+from ._workbench import Workbench
 
 __all__ = ["CensusRow", "census_pair", "compare_with_report"]
 
@@ -33,10 +33,12 @@ class CensusRow:
                 "apply": list(self.apply), "union": self.union, "reason": self.reason}
 
 
-def census_pair(lab: Lab, task: Task, pair: Pair) -> CensusRow:
+async def census_pair(bench: Workbench, task: Task, pair: Pair) -> CensusRow:
+    """The pair's gold patches merged on `bench` (a `GitWorkbench`, as CooperBench's
+    report was made), and again with `* merge=union` when that conflicts."""
     p1 = strip_tests(sanitize(task.features[pair.f1].patch))
     p2 = strip_tests(sanitize(task.features[pair.f2].patch))
-    m = lab.merge(p1, p2, union=True)
+    m = await bench.merge(p1, p2, union=True)
     if "failed" in (m.apply1, m.apply2):
         verdict = "missing_input"
     else:

@@ -4,6 +4,7 @@ The coordinator's CLI forwards its arguments here, so it never imports bench/.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +21,15 @@ from coordinator.cli_shared import console, err, print_error
 
 from ._agents import AgentOptions
 from ._census import CensusRow, census_pair, compare_with_report
-from ._dataset import mini_suite
-from ._env import Unsupported, base_repo
-from ._lab import Lab, git
+from ._dataset import Pair, Task, mini_suite
+from ._git_workbench import GitWorkbench
+from ._recipe import Unsupported
+from ._records import PairResult
 from ._report import plot, render, summarize, to_markdown
-from ._run import RunSpec, plan, run
+from ._repos import base_repo, git
+from ._run import plan, run
+from ._spec import RunSpec
+from ._units import Unit
 
 __all__ = ["app", "main"]
 
@@ -111,15 +116,8 @@ def run_cmd(
     supervised, plain merge) and print pass rates."""
     if ctx.invoked_subcommand:
         return
-    if messaging not in ("on", "off"):
-        _fail("--messaging is on or off")
-    if resolver is not None and not resolver.startswith("llm:"):
-        _fail("--resolver is llm:PROVIDER/MODEL")
-    if resolver is not None and "corral" not in _csv(merge):
-        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+    _check_options(messaging, resolver, merge, executor)
     out_console = err if json_flag else console
-    if executor not in ("local", "ray"):
-        _fail("--executor is local or ray")
     name = dataset.resolve().name if dataset else "mini"
     out_dir = (out or Path(".corral-bench") / "cooperbench" / name).resolve()
     try:
@@ -141,12 +139,22 @@ def run_cmd(
         return
     except KeyboardInterrupt:
         _interrupted(out_dir)
+    _report(spec, report, name, executor, out_console, png=png, markdown=markdown,
+            json_flag=json_flag, json_out=json_out)
+
+
+def _report(spec: RunSpec, report: dict[str, Any], name: str, executor: str,
+            out_console: Console, *, png: Path | None, markdown: Path | None,
+            json_flag: bool, json_out: Path | None) -> None:
+    """Print the run's table and write its report (JSON, Markdown, PNG) into the run
+    directory; exit 1 when nothing could be graded."""
+    out_dir, agent = spec.out, spec.agent
     results = report["results"]
     summary = summarize(results, report["prepared"])
     summary.update({"dataset": str(spec.dataset_dir), "out": str(out_dir), "agent": agent,
                     "settings": list(spec.settings), "merges": list(spec.merges),
-                    "executor": executor, "workers": workers, "seconds": report["seconds"],
-                    "pairs_selected": report["pairs"]})
+                    "executor": executor, "workers": spec.workers,
+                    "seconds": report["seconds"], "pairs_selected": report["pairs"]})
     out_console.print(render(summary, f"CooperBench ({name}, agent {agent})"))
     if summary["prepared_s"]:
         out_console.print("environments prepared: " + ", ".join(
@@ -168,7 +176,19 @@ def run_cmd(
     _exit_on_errors(results, out_console)
 
 
-def _exit_on_errors(results: list[Any], out: Console) -> None:
+def _check_options(messaging: str, resolver: str | None, merge: str, executor: str) -> None:
+    """Exit 2 naming the option whose value makes no sense (alone or with another)."""
+    if messaging not in ("on", "off"):
+        _fail("--messaging is on or off")
+    if resolver is not None and not resolver.startswith("llm:"):
+        _fail("--resolver is llm:PROVIDER/MODEL")
+    if resolver is not None and "corral" not in _csv(merge):
+        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+    if executor not in ("local", "ray"):
+        _fail("--executor is local or ray")
+
+
+def _exit_on_errors(results: list[PairResult], out: Console) -> None:
     """Say how many units errored; exit 1 when no unit could be graded and some errored
     (a run that measured nothing is a failure, not a 0% pass rate)."""
     errors = [r for r in results if r.status == "error"]
@@ -223,7 +243,7 @@ def _run_with_progress(spec: RunSpec, executor: str, address: str | None) -> dic
         def start(n: int) -> None:
             progress.update(bar, total=n)
 
-        def done(unit: Any, results: list[Any]) -> None:
+        def done(unit: Unit, results: list[PairResult]) -> None:
             for r in results:
                 counts[r.status] += 1
             progress.update(bar, advance=1, counts=" ".join(
@@ -262,7 +282,7 @@ def conflicts_cmd(
     except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
         return
-    by_task: dict[str, list[Any]] = {}
+    by_task: dict[str, list[Pair]] = {}
     for p in chosen:
         by_task.setdefault(p.task, []).append(p)
 
@@ -273,9 +293,9 @@ def conflicts_cmd(
         except (FileNotFoundError, RuntimeError, Unsupported) as e:
             return [CensusRow(key, p.f1, p.f2, "error", ("", ""), reason=str(e))
                     for p in by_task[key]]
-        lab = Lab.create(cache / "census" / key.replace("/", "-"), repo,
-                         git(repo, "rev-parse", "HEAD").stdout.strip())
-        return [census_pair(lab, t, p) for p in by_task[key]]
+        bench = GitWorkbench.create(cache / "census" / key.replace("/", "-"), repo,
+                                    git(repo, "rev-parse", "HEAD").stdout.strip())
+        return asyncio.run(_census_task(bench, t, by_task[key]))
 
     rows: list[CensusRow] = []
     with ThreadPoolExecutor(max(1, workers)) as pool:
@@ -308,6 +328,10 @@ def conflicts_cmd(
             out.print(f"  {d['task']} {d['f1']}-{d['f2']}: ours {d['ours']} (apply "
                           f"{'/'.join(d['apply'])}), theirs {d['theirs']}")
     _emit_json(data, json_flag, json_out)
+
+
+async def _census_task(bench: GitWorkbench, task: Task, pairs: list[Pair]) -> list[CensusRow]:
+    return [await census_pair(bench, task, p) for p in pairs]
 
 
 def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:

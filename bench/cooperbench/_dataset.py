@@ -101,16 +101,6 @@ class Task:
             return "rust"
         return "python" if "pip " in text or "pytest" in text else "unknown"
 
-    @cached_property
-    def test_command(self) -> str:
-        """The test step of runner.sh, run at /workspace/repo in a scope forked from
-        the task's `env` (Go, TypeScript and Rust: `_toolchains.test_command`)."""
-        if self.language in ("go", "typescript", "rust"):
-            from ._toolchains import test_command as toolchain_command
-
-            return toolchain_command(self)
-        return test_command((self.path / "runner.sh").read_text())
-
 
 def test_command(runner: str) -> str:
     """The test-running tail of a task's runner.sh (from its "Running tests" step to the

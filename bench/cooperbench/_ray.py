@@ -1,6 +1,6 @@
 """`--executor ray`: each (pair, setting) unit is a Ray task. A worker prepares (or
 reuses, from `--env-cache`) the task's repository and environment on its own machine,
-runs the unit on its own bench (the task's coordinator at traces/<task>/ray-<pid>,
+runs the unit on its own state (the task's coordinator at traces/<task>/ray-<pid>,
 opened per unit), and returns the results, which the driver appends to the results file
 as they arrive (so --resume works the same)."""
 
@@ -15,19 +15,18 @@ from typing import Any
 
 from ._agents import load_agent
 from ._dataset import Task
-from ._pair import run_unit
 from ._records import PairResult
+from ._spec import RunSpec
 from ._store import ResultStore
+from ._units import TaskContext, Unit, run_unit, skipped, unprepared
 
 __all__ = ["run_ray"]
 
-_CONTEXTS: dict[str, Any] = {}
+_CONTEXTS: dict[str, TaskContext | Exception] = {}
 """Per worker process: the tasks it has prepared (TaskContext, or the error)."""
 
 
-def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]], float]:
-    from ._run import TaskContext, _unprepared
-
+def _run_remote(spec: RunSpec, task: Task, unit: Unit) -> tuple[list[dict[str, Any]], float]:
     ctx = _CONTEXTS.get(task.key)
     prepared = 0.0
     if ctx is None:
@@ -38,27 +37,28 @@ def _run_remote(spec: Any, task: Task, unit: Any) -> tuple[list[dict[str, Any]],
         except Exception as e:
             ctx = e
         _CONTEXTS[task.key] = ctx
-    results = _unprepared(task, unit, spec, ctx)
+    results = unprepared(task, unit, spec, ctx)
     if results is None:
         assert isinstance(ctx, TaskContext)
+        opening = ctx
 
         async def one() -> tuple[list[PairResult], float]:
             async with AsyncExitStack() as stack:
-                bench = await ctx.open(stack, spec)
-                rs = await run_unit(spec.unit_config(), bench, unit.pair, unit.setting,
+                state = await opening.open(stack, spec)
+                rs = await run_unit(spec.unit_config(), state, unit.pair, unit.setting,
                                     load_agent(spec.agent, spec.options))
-                return rs, (0.0 if bench.cached else bench.prepared_s)
+                return rs, (0.0 if state.cached else state.prepared_s)
 
         spec = dataclasses.replace(spec, resume=True)  # the bench stays for the next unit
         try:
             results, prepared = asyncio.run(one())
         except Exception as e:
-            results = _unprepared(task, unit, spec, e) or []
+            results = unprepared(task, unit, spec, e) or []
     return [r.model_dump(mode="json") for r in results], prepared
 
 
-def run_ray(spec: Any, tasks: dict[str, Task], units: list[Any], store: ResultStore,
-            done: Callable[[Any, list[PairResult]], None], address: str | None
+def run_ray(spec: RunSpec, tasks: dict[str, Task], units: list[Unit], store: ResultStore,
+            done: Callable[[Unit, list[PairResult]], None], address: str | None
             ) -> dict[str, float]:
     """Run `units` as Ray tasks on the cluster at `address` (None: start a local one).
     Raises ImportError when ray is not installed."""
@@ -71,7 +71,7 @@ def run_ray(spec: Any, tasks: dict[str, Task], units: list[Any], store: ResultSt
     if started_here:
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False,
                  log_to_driver=False, configure_logging=False,
-                 **({} if address else {"num_cpus": max(1, spec.workers)}))
+                 num_cpus=None if address else max(1, spec.workers))
     remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
     prepared: dict[str, float] = {}
     try:
@@ -86,9 +86,7 @@ def run_ray(spec: Any, tasks: dict[str, Task], units: list[Any], store: ResultSt
                     if prep:
                         prepared[unit.pair.task] = round(prep, 2)
                 except Exception as e:
-                    from ._run import _skipped
-
-                    results = _skipped(tasks[unit.pair.task], unit, spec, "error",
+                    results = skipped(tasks[unit.pair.task], unit, spec, "error",
                                        f"ray task failed: {type(e).__name__}: {e}")
                 store.append(results)
                 done(unit, results)

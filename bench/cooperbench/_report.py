@@ -53,48 +53,8 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
         rows[_row_key(r)].append(r)
     order = sorted(rows, key=lambda k: (["solo", "coop", "supervised"].index(k.split("/")[0]),
                                          k))
-    out: dict[str, Any] = {"rows": [], "mcnemar": [], "retention": [], "per_task": []}
-    for key in order:
-        rs = rows[key]
-        counted = [r for r in rs if r.counted]
-        k = sum(r.passed for r in counted)
-        n = len(counted)
-        lo, hi = wilson(k, n)
-        merged = [r for r in counted if r.setting != "solo"]
-        clean = sum(r.merge_status in ("clean", "identical") for r in merged)
-        feats = [f for r in counted for f in r.features]
-        totals = [r.timings.total for r in counted]
-        own = [r.timings.open + r.timings.fork + r.timings.apply + r.timings.close
-               + r.timings.merge + r.timings.test - r.timings.test_commands for r in counted]
-        out["rows"].append({
-            "row": key, "pairs": len(rs), "counted": n, "passed": k,
-            "failed": n - k, "errors": sum(r.status == "error" for r in rs),
-            "unsupported": sum(r.status == "unsupported" for r in rs),
-            "pass_rate": round(k / n, 4) if n else None,
-            "wilson95": [round(lo, 4), round(hi, 4)],
-            "merge_clean_rate": round(clean / len(merged), 4) if merged else None,
-            "lead_fallback_wins": sum(r.strategy == "solo-agent1" for r in counted),
-            "feature_pass_rate": round(sum(f.passed for f in feats) / len(feats), 4)
-            if feats else None,
-            "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
-            if counted else 0.0,
-            "handoffs": sum(r.handoffs for r in counted),
-            "budget": sorted({(r.max_steps, r.max_tokens) for r in rs if r.max_steps},
-                             key=str),
-            "steps_per_pair": round(statistics.fmean(r.steps for r in counted), 2)
-            if counted else 0.0,
-            "supervisor_tokens_per_pair": round(statistics.fmean(
-                r.supervisor_tokens for r in counted), 1) if counted else 0,
-            "resolved_pairs": sum(bool(r.resolved) for r in counted),
-            "tokens_per_pair": round(statistics.fmean(
-                r.prompt_tokens + r.completion_tokens for r in counted), 1) if counted else 0,
-            "cost_per_pair": round(statistics.fmean(r.cost_usd for r in counted
-                                                    if r.cost_usd is not None), 6)
-            if any(r.cost_usd is not None for r in counted) else None,
-            "seconds_per_pair_median": round(statistics.median(totals), 3) if totals else None,
-            "outside_tests_median_s": round(statistics.median(own), 4) if own else None,
-            "errors_by_reason": _reasons([r for r in rs if r.status == "error"]),
-        })
+    out: dict[str, Any] = {"rows": [_row(key, rows[key]) for key in order], "mcnemar": [],
+                           "retention": [], "per_task": []}
     rates = {row["row"]: row["pass_rate"] for row in out["rows"]}
     solo = rates.get("solo")
     for key, rate in rates.items():
@@ -134,6 +94,49 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
     out["prepared_s"] = prepared or {}
     out["timings_median_s"] = _timing_medians(results)
     return out
+
+
+def _row(key: str, rs: list[PairResult]) -> dict[str, Any]:
+    """One row of the report: a setting (and merge policy) over its results."""
+    counted = [r for r in rs if r.counted]
+    k = sum(r.passed for r in counted)
+    n = len(counted)
+    lo, hi = wilson(k, n)
+    merged = [r for r in counted if r.setting != "solo"]
+    clean = sum(r.merge_status in ("clean", "identical") for r in merged)
+    feats = [f for r in counted for f in r.features]
+    totals = [r.timings.total for r in counted]
+    own = [r.timings.open + r.timings.fork + r.timings.apply + r.timings.close
+           + r.timings.merge + r.timings.test - r.timings.test_commands for r in counted]
+    return {
+        "row": key, "pairs": len(rs), "counted": n, "passed": k,
+        "failed": n - k, "errors": sum(r.status == "error" for r in rs),
+        "unsupported": sum(r.status == "unsupported" for r in rs),
+        "pass_rate": round(k / n, 4) if n else None,
+        "wilson95": [round(lo, 4), round(hi, 4)],
+        "merge_clean_rate": round(clean / len(merged), 4) if merged else None,
+        "lead_fallback_wins": sum(r.strategy == "solo-agent1" for r in counted),
+        "feature_pass_rate": round(sum(f.passed for f in feats) / len(feats), 4)
+        if feats else None,
+        "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
+        if counted else 0.0,
+        "handoffs": sum(r.handoffs for r in counted),
+        "budget": sorted({(r.max_steps, r.max_tokens) for r in rs if r.max_steps},
+                         key=str),
+        "steps_per_pair": round(statistics.fmean(r.steps for r in counted), 2)
+        if counted else 0.0,
+        "supervisor_tokens_per_pair": round(statistics.fmean(
+            r.supervisor_tokens for r in counted), 1) if counted else 0,
+        "resolved_pairs": sum(bool(r.resolved) for r in counted),
+        "tokens_per_pair": round(statistics.fmean(
+            r.prompt_tokens + r.completion_tokens for r in counted), 1) if counted else 0,
+        "cost_per_pair": round(statistics.fmean(r.cost_usd for r in counted
+                                                if r.cost_usd is not None), 6)
+        if any(r.cost_usd is not None for r in counted) else None,
+        "seconds_per_pair_median": round(statistics.median(totals), 3) if totals else None,
+        "outside_tests_median_s": round(statistics.median(own), 4) if own else None,
+        "errors_by_reason": _reasons([r for r in rs if r.status == "error"]),
+    }
 
 
 def _reasons(rs: list[PairResult]) -> dict[str, int]:

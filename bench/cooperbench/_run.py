@@ -1,5 +1,5 @@
 """A benchmark run: choose pairs, prepare each task once, run every (pair, setting)
-unit on an executor, store results as they finish, and report.
+unit on an executor (here, or as Ray tasks: `_ray`), store results as they finish.
 
     <out>/results.jsonl   one PairResult per line (what --resume reads back)
     <out>/traces/<task>/   the task's Corral state: every unit's scopes (`corral trace`)
@@ -10,87 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ._agents import AgentOptions, load_agent
-from ._dataset import Pair, Task, load_tasks, mini_suite, select_pairs
-from ._env import Unsupported, base_repo, check_toolchain
-from ._pair import UnitConfig, run_unit, supervisor_policies
-from ._records import MergePolicy, PairResult, Setting
+from ._agents import load_agent
+from ._dataset import Pair, Task, load_tasks, select_pairs
+from ._records import PairResult
+from ._spec import RunSpec
 from ._store import ResultStore
-from ._taskbench import TaskBench
-from ._team import check_supervisor
+from ._team_rules import check_supervisor, supervisor_policies
+from ._units import TaskContext, Unit, pending_units, run_unit, unprepared
 
-__all__ = ["RunSpec", "TaskContext", "Unit", "plan", "run"]
+__all__ = ["Progress", "plan", "run", "run_local"]
 
-SETTINGS: tuple[Setting, ...] = ("solo", "coop", "supervised")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything `corral bench cooperbench` was asked to do."""
-
-    out: Path
-    dataset: Path | None = None
-    """A CooperBench dataset/ directory; None: the bundled mini suite."""
-    repos: Path | None = None
-    subset: str | None = None
-    task: str | None = None
-    features: str | None = None
-    pairs: str | None = None
-    settings: tuple[Setting, ...] = SETTINGS
-    merges: tuple[MergePolicy, ...] = ("plain",)
-    agent: str = "oracle"
-    options: AgentOptions = field(default_factory=AgentOptions)
-    supervisor: str = "conflict-guard"
-    messaging: bool = True
-    max_steps: int = 60
-    max_tokens: int | None = None
-    test_timeout: float = 600.0
-    workers: int = 2
-    env_cache: Path | None = None
-    resume: bool = False
-    backend: str | None = None
-    price_in: float | None = None
-    price_out: float | None = None
-    resolver: str | None = None
-    """llm:PROVIDER/MODEL resolving `--merge corral` conflicts."""
-    supervisor_base_url: str | None = None
-    """The supervisor's and resolver's model URL (default: the agents' base URL)."""
-
-    @property
-    def mini(self) -> bool:
-        return self.dataset is None
-
-    @property
-    def dataset_dir(self) -> Path:
-        return self.dataset if self.dataset is not None else mini_suite() / "dataset"
-
-    @property
-    def repos_dir(self) -> Path | None:
-        return self.repos if self.dataset is not None else mini_suite() / "repos"
-
-    @property
-    def cache(self) -> Path:
-        return self.env_cache or (self.out / "cache")
-
-    def unit_config(self) -> UnitConfig:
-        return UnitConfig(out=self.out, merges=self.merges, supervisor=self.supervisor,
-                          messaging=self.messaging, max_steps=self.max_steps,
-                          max_tokens=self.max_tokens, test_timeout=self.test_timeout,
-                          backend=self.backend, price_in=self.price_in,
-                          price_out=self.price_out, resolver=self.resolver,
-                          base_url=self.supervisor_base_url or self.options.base_url)
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    pair: Pair
-    setting: Setting
+Progress = Callable[[Unit, list[PairResult]], None]
 
 
 def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Pair]]:
@@ -101,67 +35,6 @@ def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Pair]]:
     if not pairs:
         raise ValueError("no pair selected")
     return tasks, pairs
-
-
-class TaskContext:
-    """A task prepared for this process: its base repository, and once opened its
-    bench (one coordinator, the environment in its `env` scope)."""
-
-    def __init__(self, task: Task, repo: Path, state: Path) -> None:
-        self.task = task
-        self.repo = repo
-        self.state = state
-        self.bench: TaskBench | None = None
-
-    @classmethod
-    def prepare(cls, task: Task, spec: RunSpec) -> TaskContext:
-        """Raises Unsupported, FileNotFoundError, RuntimeError."""
-        if not spec.mini:
-            check_toolchain(task)  # refuse what this machine cannot run before any clone
-        repo = base_repo(task, spec.repos_dir, spec.cache)
-        return cls(task, repo, spec.out / "traces" / task.key.replace("/", "-"))
-
-    async def open(self, stack: AsyncExitStack, spec: RunSpec) -> TaskBench:
-        """Open the task's bench for as long as `stack` (raises Unsupported,
-        RuntimeError). Each unit brings its own policies (`run_unit`)."""
-        self.bench = await stack.enter_async_context(TaskBench.open(
-            self.task, self.repo, self.state, spec.cache, mini=spec.mini,
-            backend=spec.backend, fresh=not spec.resume))
-        return self.bench
-
-
-def _unprepared(task: Task, unit: Any, spec: Any, ctx: object) -> list[PairResult] | None:
-    """A unit's results when its task could not be prepared (unsupported, or
-    preparing failed); None when `ctx` is a ready TaskContext."""
-    if isinstance(ctx, Unsupported):
-        return _skipped(task, unit, spec, "unsupported", str(ctx))
-    if isinstance(ctx, BaseException):
-        return _skipped(task, unit, spec, "error",
-                        f"preparing the task: {type(ctx).__name__}: {ctx}")
-    return None
-
-
-def _skipped(task: Task, unit: Unit, spec: RunSpec, status: str, reason: str
-             ) -> list[PairResult]:
-    merges: Sequence[str] = ("-",) if unit.setting == "solo" else spec.merges
-    return [PairResult(task=task.key, f1=unit.pair.f1, f2=unit.pair.f2, setting=unit.setting,
-                       merge=m, agent=spec.agent, status=status,  # type: ignore[arg-type]
-                       reason=reason[:2000]) for m in merges]
-
-
-def pending_units(spec: RunSpec, pairs: list[Pair], store: ResultStore) -> list[Unit]:
-    done = store.done()
-    units = []
-    for pair in pairs:
-        for setting in spec.settings:
-            merges = ("-",) if setting == "solo" else spec.merges
-            if all((pair.task, pair.f1, pair.f2, setting, m) in done for m in merges):
-                continue
-            units.append(Unit(pair, setting))
-    return units
-
-
-Progress = Callable[[Unit, list[PairResult]], None]
 
 
 async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
@@ -183,9 +56,9 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
             if task.key not in contexts:
                 try:
                     ctx = await asyncio.to_thread(TaskContext.prepare, task, spec)
-                    bench = await ctx.open(stack, spec)
+                    state = await ctx.open(stack, spec)
                     contexts[task.key] = ctx
-                    prepared[task.key] = round(bench.prepared_s, 2)
+                    prepared[task.key] = round(state.prepared_s, 2)
                 except Exception as e:
                     contexts[task.key] = e
             return contexts[task.key]
@@ -198,10 +71,10 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
                 return
             task = tasks[unit.pair.task]
             ctx = await context(task)
-            results = _unprepared(task, unit, spec, ctx)
+            results = unprepared(task, unit, spec, ctx)
             if results is None:
-                assert isinstance(ctx, TaskContext) and ctx.bench is not None
-                results = await run_unit(cfg, ctx.bench, unit.pair, unit.setting, agent)
+                assert isinstance(ctx, TaskContext) and ctx.opened is not None
+                results = await run_unit(cfg, ctx.opened, unit.pair, unit.setting, agent)
             store.append(results)
             on_done(unit, results)
 

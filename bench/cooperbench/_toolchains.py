@@ -1,8 +1,9 @@
 """Test environments for CooperBench's Go, TypeScript and Rust tasks: one `Recipe` per
-language (registered with `register_recipe`), run once in the task's `env` scope at
-/workspace/repo with the network on; it builds the environment under paths the
-repository ignores, and every test run is then the task's own test step from its
-runner.sh, offline, in a scope forked from `env` (so all of them share it).
+language (`GO`, `TYPESCRIPT`, `RUST`: entries of `_environment.LANGUAGES`), run once
+in the task's `env` scope at /workspace/repo with the network on; it builds the
+environment under paths the repository ignores, and every test run is then the task's
+own test step from its runner.sh, offline, in a scope forked from `env` (so all of
+them share it).
 
     go          `go` (Debian's golang-go, or $CORRAL_BENCH_GO); `go mod download`
                 into GOPATH `.cache/corral-go/path`, a build cache warmed by a no-test
@@ -35,18 +36,14 @@ import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from sandboxes._exec import SANDBOX_UID
+from sandboxes import SANDBOX_UID
 
-from ._env import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported, register_recipe
+from ._dataset import Task
+from ._recipe import REPO, UNSUPPORTED_MARK, LanguageSupport, Recipe, Snapshot, Unsupported
 
-if TYPE_CHECKING:
-    from ._dataset import Task
-
-__all__ = ["LANGUAGES", "check", "test_command"]
-
-LANGUAGES = ("go", "typescript", "rust")
+__all__ = ["GO", "RUST", "TYPESCRIPT", "test_command"]
 
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What every sandboxed command sees of the host anyway (sandboxes/_exec.py).
@@ -163,20 +160,6 @@ def _rust_toolchain() -> Toolchain:
             f"{SANDBOX_UID}: install Debian's cargo, or a rustup toolchain others can read")
     raise Unsupported("Rust task: no `cargo` on this machine (install Debian's cargo, or "
                       "rustup)")
-
-
-_TOOLCHAINS: dict[str, Callable[[], Toolchain]] = {
-    "go": _go_toolchain, "typescript": _node_toolchain, "rust": _rust_toolchain,
-}
-
-
-def check(task: Task) -> None:
-    """Raises Unsupported when this machine lacks `task`'s toolchain, or its sandbox
-    cannot show it."""
-    find = _TOOLCHAINS.get(task.language)
-    if find is None:
-        raise Unsupported(f"{task.language} task: no environment recipe")
-    find()
 
 
 # -- test commands ------------------------------------------------------------------
@@ -408,7 +391,14 @@ def _version_note(task: Task, tc: Toolchain) -> str:
             f"{m.group(1)}.{m.group(2)}")
 
 
-register_recipe("go", _go_recipe)
-register_recipe("typescript", _typescript_recipe)
-register_recipe("rust", _rust_recipe)
+def _check(find: Callable[[], Toolchain]) -> Callable[[], None]:
+    def check() -> None:
+        find()
+
+    return check
+
+
+GO = LanguageSupport(_go_recipe, _check(_go_toolchain), test_command)
+TYPESCRIPT = LanguageSupport(_typescript_recipe, _check(_node_toolchain), test_command)
+RUST = LanguageSupport(_rust_recipe, _check(_rust_toolchain), test_command)
 

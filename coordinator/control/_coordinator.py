@@ -17,11 +17,12 @@ scope registry; what scopes share while it runs is its `Runtime`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -391,3 +392,20 @@ class Coordinator:
         Returns the decisions' effect ids."""
         found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
         return await rewind_team(self.scopes, found, reason=reason)
+
+    @contextlib.contextmanager
+    def settings_changed(self, **changes: Any) -> Iterator[Settings]:
+        """Inside, settings with `changes` (fields of `Settings`: `toolchain`,
+        `exec_limits`, ...) are in force for every scope, in memory only; the ones
+        before come back after. For a harness that shows one setup command a
+        toolchain; what a state enforces is changed in `open(change_settings=True)`."""
+        before = self.runtime.with_settings(**changes)
+        try:
+            yield self.settings
+        finally:
+            self.runtime.settings = before
+
+    def use_settings(self, **changes: Any) -> None:
+        """Put settings with `changes` in force from now on, in memory only (not
+        recorded): a harness's per-task toolchain. See `settings_changed`."""
+        self.runtime.with_settings(**changes)

@@ -11,8 +11,9 @@ from ._ignore import IgnoreRules
 from ._malloc import one_arena
 from ._merge import merge_texts
 from ._reader import TraceReader, open_trace
+from ._reads import listdir, read_file
 
 __all__ = [
-    "Checkout", "IgnoreRules", "TraceReader", "merge_texts", "one_arena", "open_checkout",
-    "open_trace",
+    "Checkout", "IgnoreRules", "TraceReader", "listdir", "merge_texts", "one_arena",
+    "open_checkout", "open_trace", "read_file",
 ]

@@ -18,6 +18,8 @@ class Checkout(NamedTuple):
     """Its git directory (`.git` of a work tree, or the repository of a bare one)."""
     unborn: bool
     """No commit yet: HEAD names a branch that does not exist."""
+    head: str | None
+    """The commit HEAD names (None when unborn)."""
 
 
 def open_checkout(path: str | Path) -> Checkout:
@@ -27,4 +29,5 @@ def open_checkout(path: str | Path) -> Checkout:
         repo = pygit2.Repository(str(path))
     except pygit2.GitError as e:
         raise CorralError(f"{path} is not a git repository", cause=e) from e
-    return Checkout(Path(repo.path), repo.head_is_unborn)
+    unborn = repo.head_is_unborn
+    return Checkout(Path(repo.path), unborn, None if unborn else str(repo.head.target))

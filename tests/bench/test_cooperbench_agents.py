@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents.model_server import Reply, ScriptedModelServer
-from bench.cooperbench import AgentOptions, ModelAgent, OracleAgent, RunSpec, load_agent, run
+from bench.cooperbench import AgentOptions, RunSpec, load_agent, run
 from tests.agents._helpers import NO_KEYS, call, steps_of
 
 pytestmark = pytest.mark.slow
@@ -74,16 +74,19 @@ def test_builtin_agents_solve_a_pair_through_the_sdk(model_url: str, tmp_path: P
 def test_agents_load_by_name_entry_point_or_path() -> None:
     """oracle, the corral.agents entry points (the same agents `corral run --agent`
     takes), and module:attr all give an agent; an unknown name is a LookupError naming
-    the choices; a model agent needs a model."""
+    the choices; a named model agent needs a model."""
     from agents import miniswe
+    from agents.entry import builtin
 
-    assert isinstance(load_agent("oracle", AgentOptions()), OracleAgent)
-    assert isinstance(load_agent("bench.cooperbench:OracleAgent", AgentOptions()), OracleAgent)
+    assert load_agent("oracle", AgentOptions()).oracle
     with_model = AgentOptions(model="openai/m")
     assert {e.name for e in entry_points(group="corral.agents")} >= {"builtin", "mini-swe-agent"}
     mini = load_agent("mini-swe-agent", with_model)
-    assert isinstance(mini, ModelAgent) and mini.fn is miniswe.run and mini.name == "mini-swe-agent"
-    assert isinstance(load_agent("agents.entry:builtin", with_model), ModelAgent)
+    assert mini.agent is miniswe.run and mini.name == "mini-swe-agent" and not mini.builtin
+    by_path = load_agent("agents.entry:builtin", with_model)
+    assert by_path.agent is builtin and by_path.builtin and not by_path.oracle
+    plugin = load_agent("tests.bench.test_cooperbench_team:chatty", AgentOptions())
+    assert plugin.name == "chatty" and plugin.provider() is None
     with pytest.raises(LookupError, match=r"corral\.agents"):
         load_agent("no-such-agent", AgentOptions())
     with pytest.raises(ValueError, match="--model"):

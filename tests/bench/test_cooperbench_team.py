@@ -1,5 +1,5 @@
-"""The pair's team in the harness: the LLM supervisor (`--supervisor llm:...`), the LLM
-conflict resolver of `--merge corral`, `--messaging off`, and equal budgets per pair.
+"""The pair's team in the harness: the LLM supervisor (`--supervisor llm:...`),
+`--messaging off`, and equal budgets per pair.
 Models are the real OpenAI and Anthropic SDKs against the local scripted model server,
 on the bundled mini suite."""
 
@@ -8,55 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agents import AgentContext, AgentResult
 from agents.model_server import Reply, ScriptedModelServer
-from bench.cooperbench import AgentOptions, AgentReport, Job, PairResult, RunSpec, run
-from bench.cooperbench._cli import main as cli_main
-from bench.cooperbench._resolver import marked_regions
-from tests.agents._helpers import NO_KEYS, call, steps_of
+from bench.cooperbench import AgentOptions, RunSpec, run
+from tests.agents._helpers import call, steps_of
+from tests.bench._mini import ADJACENT, IMPORTS, one_result, prompt_text
 
 pytestmark = pytest.mark.slow
-
-# invoice 1-3 (adjacent lines): the guard blocks agent 1's second hunk, which its
-# feature's tests need.
-ADJACENT = {"task": "invoice", "pairs": "1-3"}
-# textkit 3-4 (an import block both features extend): Corral's merge conflicts.
-IMPORTS = {"task": "textkit", "pairs": "3-4"}
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedModelServer]:
-    """The scripted server on a loop of its own (the harness runs its own loop)."""
-    for name in NO_KEYS:
-        monkeypatch.delenv(name, raising=False)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    srv = ScriptedModelServer()
-    asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
-    yield srv
-    asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-
-
-def _text(payload: dict[str, Any]) -> str:
-    """Every message's text of an OpenAI or Anthropic request, joined."""
-    out = []
-    for m in payload["messages"]:
-        c = m.get("content")
-        if isinstance(c, str):
-            out.append(c)
-        elif isinstance(c, list):
-            out.extend(str(b.get("text", b.get("content", ""))) for b in c)
-    return "\n".join(out)
-
 
 def _last(payload: dict[str, Any]) -> str:
     c = payload["messages"][-1].get("content")
@@ -77,12 +40,6 @@ def _noop(payload: dict[str, Any]) -> Reply:
     return call("noop", reason="let them be")
 
 
-def _one(spec: RunSpec) -> PairResult:
-    results = run(spec)["results"]
-    assert len(results) == 1, results
-    return results[0]
-
-
 def test_llm_supervisor_handoff_changes_the_outcome(server: ScriptedModelServer,
                                                     tmp_path: Path) -> None:
     """Under an LLM supervisor (Anthropic SDK) that hands the blocked oracle's work to
@@ -92,9 +49,9 @@ def test_llm_supervisor_handoff_changes_the_outcome(server: ScriptedModelServer,
     server.script("handoff", _handoff_on_block)
     server.script("idle", _noop)
     common: dict[str, Any] = {**ADJACENT, "settings": ("supervised",), "workers": 1}
-    steered = _one(RunSpec(out=tmp_path / "a", supervisor="llm:anthropic/handoff",
+    steered = one_result(RunSpec(out=tmp_path / "a", supervisor="llm:anthropic/handoff",
                            supervisor_base_url=server.anthropic_base_url, **common))
-    idle = _one(RunSpec(out=tmp_path / "b", supervisor="llm:openai/idle",
+    idle = one_result(RunSpec(out=tmp_path / "b", supervisor="llm:openai/idle",
                         supervisor_base_url=server.base_url, **common))
     assert steered.status == "passed", steered.reason
     assert steered.handoffs == 1 and steered.blocked == 1 and steered.merge_status == "clean"
@@ -105,7 +62,7 @@ def test_llm_supervisor_handoff_changes_the_outcome(server: ScriptedModelServer,
                                            idle.supervisor_actions)
     asked = [r for r in server.requests if r.model == "handoff"]
     assert asked and asked[0].api == "anthropic"
-    assert "blocked" in _text(json.loads(asked[0].body))
+    assert "blocked" in prompt_text(json.loads(asked[0].body))
     # The decision is an effect on the branch it acts on (the receiver's), caused by
     # the supervisor's model call; the unit's scopes were discarded with it, their
     # branches kept in the archive.
@@ -134,7 +91,7 @@ def test_llm_supervisor_steers_builtin_agents(server: ScriptedModelServer,
     other, who is told so and runs on with the rest of the pair's budget."""
 
     def worker(payload: dict[str, Any]) -> Reply:
-        text = _text(payload)
+        text = prompt_text(payload)
         if "handed you" in text:
             return call("finish", summary="took over")
         if steps_of(payload) == 0:
@@ -148,7 +105,7 @@ def test_llm_supervisor_steers_builtin_agents(server: ScriptedModelServer,
                    agent="builtin", options=AgentOptions(model="openai/w",
                                                          base_url=server.base_url),
                    supervisor="llm:openai/sup", workers=1, max_steps=12)
-    r = _one(spec)
+    r = one_result(spec)
     assert r.status in ("passed", "failed") and r.max_steps == 12
     assert r.blocked == 1 and r.handoffs == 1, (r.reason, r.supervisor_actions)
     assert any(a.startswith("handoff") for a in r.supervisor_actions)
@@ -157,94 +114,51 @@ def test_llm_supervisor_steers_builtin_agents(server: ScriptedModelServer,
     assert r.supervisor_tokens > 0 and r.steps <= 12
 
 
-def _resolve_union(payload: dict[str, Any]) -> Reply:
-    """A resolver model that keeps both sides of every region (right for additions)."""
-    text = _text(payload)
-    calls = []
-    for m in re.finditer(r"\n\[CONFLICT (\d+)\]\n--- agent2 \(ours\) ---\n(.*?)--- base ---\n"
-                         r"(.*?)--- agent1 \(theirs\) ---\n(.*?)(?=\n\[CONFLICT|\Z)", text,
-                         re.S):
-        calls.append(("resolve", {"region": int(m.group(1)), "text": m.group(2) + m.group(4)}))
-    from agents.model_server import ScriptedCall
-
-    return Reply(tool_calls=[ScriptedCall(n, a) for n, a in calls])
-
-
-def test_llm_resolver_resolves_corral_merge_conflicts(server: ScriptedModelServer,
-                                                      tmp_path: Path) -> None:
-    """Coop oracles on the import-block pair conflict under Corral's merge: without a
-    resolver the pair fails; with the LLM resolver (each region's both sides kept) the
-    merge is committed with its resolution and the pair passes."""
-    server.script("r", _resolve_union)
-    common: dict[str, Any] = {**IMPORTS, "settings": ("coop",), "merges": ("corral",),
-                              "workers": 1}
-    plain = _one(RunSpec(out=tmp_path / "a", **common))
-    resolved = _one(RunSpec(out=tmp_path / "b", resolver="llm:openai/r",
-                            supervisor_base_url=server.base_url, **common))
-    assert plain.status == "failed" and plain.merge_status == "conflicts"
-    assert resolved.status == "passed", resolved.reason
-    assert resolved.resolved == ("textkit/core.py",) and resolved.resolver_tokens > 0
-    prompt = _text(json.loads(next(r for r in server.requests if r.model == "r").body))
-    assert "[CONFLICT 0]" in prompt and "import string" in prompt
-    assert "import unicodedata" in prompt
-
-
-def test_marked_regions_split_a_diff3_file() -> None:
-    marked = (b"a\n<<<<<<< agent2\nours\n||||||| base\nold\n=======\ntheirs\n"
-              b">>>>>>> agent1\nz\n")
-    lines, regions = marked_regions(marked)
-    assert lines == [b"a\n", 0, b"z\n"]
-    assert (regions[0].ours, regions[0].base, regions[0].theirs) == (
-        [b"ours\n"], [b"old\n"], [b"theirs\n"])
-
-
 def test_messaging_off_supervised_oracle_cannot_hand_off(tmp_path: Path) -> None:
     """With messaging on, the guarded oracle hands its blocked hunk over and the pair
     passes; with messaging off it cannot tell the other agent: no handoff, the hunk is
     lost, the pair fails."""
     common: dict[str, Any] = {**ADJACENT, "settings": ("supervised",), "workers": 1}
-    on = _one(RunSpec(out=tmp_path / "on", **common))
-    off = _one(RunSpec(out=tmp_path / "off", messaging=False, **common))
+    on = one_result(RunSpec(out=tmp_path / "on", **common))
+    off = one_result(RunSpec(out=tmp_path / "off", messaging=False, **common))
     assert on.status == "passed" and on.handoffs == 1 and on.messaging
     assert off.status == "failed" and off.handoffs == 0 and not off.messaging
 
 
-class Chatty:
-    """A plug-in pair agent that messages its teammate, then reads its inbox."""
+def _result(ctx: AgentContext, steps: int, prompt_tokens: int = 0,
+            error: str | None = None) -> AgentResult:
+    return AgentResult(name=ctx.name, status="finished", summary="", steps=steps,
+                       prompt_tokens=prompt_tokens, cached_tokens=0, completion_tokens=0,
+                       blocked=0, patch="", head=ctx.scope.head, error=error)
 
-    name = "chatty"
 
-    def __init__(self, options: AgentOptions) -> None:
-        pass
-
-    async def run(self, job: Job) -> AgentReport:
-        report = AgentReport()
-        sent = 0
-        for mate in job.teammates:
-            r = await job.scope.send(mate, f"hello from {job.role}")
-            report.notes.append("blocked" if r.blocked else "sent")
-            sent += not r.blocked
-        # Wait for the teammates' messages (as many as went out: the policy is the
-        # same both ways), not for a pause that a slow machine outlasts.
-        received: list[str] = []
-        for _ in range(1000):
-            received += [m.text for m in job.scope.take_messages()]
-            if len(received) >= sent:
-                break
-            await asyncio.sleep(0.01)
-        report.notes.extend(received)
-        report.steps = 1
-        report.error = "; ".join(report.notes)  # surfaced in the result's reason
-        return report
+async def chatty(ctx: AgentContext) -> AgentResult:
+    """A plug-in agent that messages its teammate, then reads its inbox."""
+    notes: list[str] = []
+    sent = 0
+    for mate in ctx.teammates:
+        r = await ctx.scope.send(mate, f"hello from {ctx.name}")
+        notes.append("blocked" if r.blocked else "sent")
+        sent += not r.blocked
+    # Wait for the teammates' messages (as many as went out: the policy is the
+    # same both ways), not for a pause that a slow machine outlasts.
+    received: list[str] = []
+    for _ in range(1000):
+        received += [m.text for m in ctx.scope.take_messages()]
+        if len(received) >= sent:
+            break
+        await asyncio.sleep(0.01)
+    notes.extend(received)
+    return _result(ctx, 1, error="; ".join(notes))  # surfaced in the result's reason
 
 
 def test_messaging_off_blocks_messages_between_agents(tmp_path: Path) -> None:
     """A message from one agent to the other is delivered with messaging on and blocked
     by the policy chain (never delivered) with it off."""
     common: dict[str, Any] = {"task": "kvstore", "pairs": "3-4", "settings": ("coop",),
-                              "workers": 1, "agent": "tests.bench.test_cooperbench_team:Chatty"}
-    on = _one(RunSpec(out=tmp_path / "on", **common))
-    off = _one(RunSpec(out=tmp_path / "off", messaging=False, **common))
+                              "workers": 1, "agent": "tests.bench.test_cooperbench_team:chatty"}
+    on = one_result(RunSpec(out=tmp_path / "on", **common))
+    off = one_result(RunSpec(out=tmp_path / "off", messaging=False, **common))
     assert "sent" in on.reason and ".coop.agent" in on.reason
     assert "blocked" in off.reason and "hello" not in off.reason and "sent" not in off.reason
 
@@ -282,33 +196,23 @@ def test_budgets_are_equal_per_pair_and_enforced(server: ScriptedModelServer,
     assert summarize(done)["budget"] == {"steps": [6], "tokens": [None], "equal": True}
 
 
-class Greedy:
-    """A plug-in pair agent that ignores its step budget and calls its model forever."""
+async def greedy(ctx: AgentContext) -> AgentResult:
+    """A plug-in agent that ignores its step budget and calls its model forever."""
+    from agents import ModelBlocked, ModelCaller
+    from agents.providers import ModelRequest, UserMessage
 
-    name = "greedy"
-
-    def __init__(self, options: AgentOptions) -> None:
-        self.options = options
-
-    async def run(self, job: Job) -> AgentReport:
-        from agents import ModelBlocked, ModelCaller
-        from agents.providers import ModelRequest, UserMessage, provider_from_spec
-
-        assert self.options.model is not None
-        provider = provider_from_spec(self.options.model, self.options.base_url)
-        caller = ModelCaller(job.coord, provider)
-        report = AgentReport()
-        try:
-            for _ in range(100):
-                r = await caller.call(job.scope, ModelRequest(
-                    model=provider.model, messages=(UserMessage(text="more"),)))
-                report.steps += 1
-                report.prompt_tokens += r.response.usage.prompt_tokens
-        except ModelBlocked as e:
-            report.notes.append(e.reason)
-        finally:
-            await provider.aclose()
-        return report
+    assert ctx.provider is not None
+    caller = ModelCaller(ctx.coord, ctx.provider)
+    steps = prompt_tokens = 0
+    try:
+        for _ in range(100):
+            r = await caller.call(ctx.scope, ModelRequest(
+                model=ctx.provider.model, messages=(UserMessage(text="more"),)))
+            steps += 1
+            prompt_tokens += r.response.usage.prompt_tokens
+    except ModelBlocked:
+        pass
+    return _result(ctx, steps, prompt_tokens)
 
 
 def test_budget_policy_stops_an_agent_that_ignores_it(server: ScriptedModelServer,
@@ -317,7 +221,7 @@ def test_budget_policy_stops_an_agent_that_ignores_it(server: ScriptedModelServe
     its share is blocked there, in solo and in coop alike."""
     server.script("g", lambda p: Reply("ok"))
     spec = RunSpec(out=tmp_path, task="kvstore", pairs="3-4", settings=("solo", "coop"),
-                   agent="tests.bench.test_cooperbench_team:Greedy",
+                   agent="tests.bench.test_cooperbench_team:greedy",
                    options=AgentOptions(model="openai/g", base_url=server.base_url),
                    max_steps=8, workers=1)
     results = {r.setting: r for r in run(spec)["results"]}
@@ -325,33 +229,12 @@ def test_budget_policy_stops_an_agent_that_ignores_it(server: ScriptedModelServe
     assert len([r for r in server.requests if r.model == "g"]) == 16
 
 
-def test_cli_json_flag_and_old_form(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--json` prints the report on stdout, `-o FILE` writes it, and the old
-    `--json FILE` still writes FILE with a note."""
-    monkeypatch.chdir(tmp_path)
-    args = ["conflicts", "--task", "textkit", "--env-cache", str(tmp_path / "c")]
-    with pytest.raises(SystemExit) as done:
-        cli_main([*args, "--json"])
-    assert done.value.code == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["totals"]["pairs"] >= 1
-    with pytest.raises(SystemExit):
-        cli_main([*args, "-o", str(tmp_path / "a.json")])
-    assert json.loads((tmp_path / "a.json").read_text()) == data
-    with pytest.raises(SystemExit):
-        cli_main([*args, "--json", str(tmp_path / "b.json")])
-    captured = capsys.readouterr()
-    assert "old form" in captured.err and not captured.out.strip().startswith("{")
-    assert json.loads((tmp_path / "b.json").read_text()) == data
-
-
 def test_llm_supervisor_is_refused_for_agents_it_cannot_steer(tmp_path: Path) -> None:
     """Before any work: a plug-in agent under an LLM supervisor, or a supervisor spec
     without PROVIDER/MODEL."""
     with pytest.raises(ValueError, match="oracle and builtin"):
         run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",),
-                    agent="tests.bench.test_cooperbench_team:Chatty",
+                    agent="tests.bench.test_cooperbench_team:chatty",
                     supervisor="llm:openai/x"))
     with pytest.raises(ValueError, match="PROVIDER/MODEL"):
         run(RunSpec(out=tmp_path, **IMPORTS, settings=("supervised",), supervisor="llm:x"))
@@ -373,7 +256,7 @@ def test_llm_supervisor_restart_starts_the_oracle_over(server: ScriptedModelServ
         return call("noop", reason="fine")
 
     server.script("s", once)
-    r = _one(RunSpec(out=tmp_path, **ADJACENT, settings=("supervised",), workers=1,
+    r = one_result(RunSpec(out=tmp_path, **ADJACENT, settings=("supervised",), workers=1,
                      supervisor="llm:openai/s", supervisor_base_url=server.base_url))
     assert r.status in ("passed", "failed"), r.reason
     assert restarted and any(a.startswith("discard") for a in r.supervisor_actions)

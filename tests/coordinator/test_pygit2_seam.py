@@ -60,7 +60,7 @@ def test_merge_file_merges_and_marks_conflicts_as_git_does(tmp_path: Path):
 def test_only_the_store_imports_pygit2():
     """Everything above the store sees git through it."""
     outside = []
-    for package in ("coordinator", "agents", "sandboxes"):
+    for package in ("coordinator", "agents", "sandboxes", "bench"):
         for module, path in modules(package).items():
             if module.startswith("coordinator.store"):
                 continue

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.cooperbench._lab import git
+from bench.cooperbench._repos import git
 from bench.cooperbench.tools.mini_libs import LIBS, Edit
 
 OUT = Path(__file__).resolve().parents[2] / "data" / "cooperbench-mini"

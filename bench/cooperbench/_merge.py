@@ -1,4 +1,5 @@
-"""The LLM conflict resolver of `--merge corral` (`--resolver llm:PROVIDER/MODEL`).
+"""The merge step of `--merge corral`: agent 1's scope merged into a fork of agent 2's
+by Corral's merge, and the LLM conflict resolver (`--resolver llm:PROVIDER/MODEL`).
 
 Corral merges agent 1's scope into a fork of agent 2's (`merged`). When that conflicts,
 the model sees each conflicted file as git shows it with `merge.conflictStyle=diff3`:
@@ -16,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from coordinator import Conflict, Coordinator, MergeResult, Scope
 
-from ._agents import AgentReport
+from ._agent_report import AgentReport
 from ._patches import git_merge_file
 
-__all__ = ["RESOLVER_PROMPT", "Region", "marked_regions", "resolve_merge"]
+if TYPE_CHECKING:
+    from agents import ModelCaller
+    from agents.providers import ToolSpec
+
+__all__ = ["RESOLVER_PROMPT", "Region", "marked_regions", "merge_agents", "resolve_merge"]
 
 RESOLVER_PROMPT = """\
 You resolve git merge conflicts between two agents who each implemented a different \
@@ -91,10 +96,10 @@ def _prompt(path: str, lines: list[bytes | int], regions: list[Region]) -> str:
     return "".join(parts)
 
 
-_TOOL: Any = None
+_TOOL: ToolSpec | None = None
 
 
-def _tool() -> Any:
+def _tool() -> ToolSpec:
     global _TOOL
     if _TOOL is None:
         from agents.providers import ToolSpec
@@ -106,7 +111,7 @@ def _tool() -> Any:
     return _TOOL
 
 
-async def _resolve_file(coord: Coordinator, scope: Scope, caller: Any, c: Conflict,
+async def _resolve_file(coord: Coordinator, scope: Scope, caller: ModelCaller, c: Conflict,
                         report: AgentReport) -> tuple[bytes | None, str | None]:
     """The model's resolution of one conflicted file, and the cause (its model call)."""
     from agents.providers import ModelRequest, UserMessage
@@ -174,3 +179,12 @@ async def resolve_merge(coord: Coordinator, target: Scope, other: Scope, resolve
     if merged.commit is not None:
         report.record["resolved"] = tuple(sorted(resolutions))
     return merged
+
+
+async def merge_agents(coord: Coordinator, agent1: Scope, agent2: Scope, name: str,
+                       resolver: str | None, base_url: str | None, report: AgentReport
+                       ) -> tuple[Scope, MergeResult]:
+    """`agent1` merged into `name`, a fork of `agent2` (resolved by `resolver` when
+    it conflicts): the merged scope and the merge's result."""
+    target = await agent2.fork(name)
+    return target, await resolve_merge(coord, target, agent1, resolver, base_url, report)

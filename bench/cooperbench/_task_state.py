@@ -26,17 +26,16 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import pygit2
-
-from coordinator import Coordinator, ExecOutcome, Policy, Scope, View
-from coordinator.store import IgnoreRules
+from coordinator import Coordinator, Decision, ExecOutcome, Intent, Policy, Scope, View
+from coordinator.store import IgnoreRules, open_checkout, read_file
 
 from ._dataset import Task
-from ._env import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported, _locked, recipe
+from ._environment import recipe
+from ._recipe import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported
+from ._repos import locked, share_file
 
-__all__ = ["ENV_SCOPE", "TaskBench"]
+__all__ = ["ENV_SCOPE", "TaskState", "UnitPolicy"]
 
 ENV_SCOPE = "env"
 
@@ -64,7 +63,7 @@ class UnitPolicy:
         for n in names:
             self.units.pop(n, None)
 
-    async def __call__(self, intent: Any, view: View) -> Any:
+    async def __call__(self, intent: Intent, view: View, /) -> Decision | None:
         unit = self.units.get(view.scope)
         if unit is None:
             return None
@@ -77,8 +76,9 @@ class UnitPolicy:
         return None
 
 
-class TaskBench:
-    """Open with `async with TaskBench.open(...) as bench`."""
+class TaskState:
+    """Open with `async with TaskState.open(...) as state`; the `ScopeWorkbench`es of
+    its units grade in scopes forked from its `env`."""
 
     def __init__(self, task: Task, coord: Coordinator, env: Scope, recipe: Recipe,
                  policy: UnitPolicy) -> None:
@@ -99,8 +99,8 @@ class TaskBench:
     async def open(cls, task: Task, repo: Path, state: Path, cache: Path, *,
                    mini: bool = False, backend: str | None = None,
                    policies: Sequence[Policy] = (), fresh: bool = False
-                   ) -> AsyncIterator[TaskBench]:
-        """The task's bench at `state` (reopened when it exists, unless `fresh`).
+                   ) -> AsyncIterator[TaskState]:
+        """The task's state at `state` (reopened when it exists, unless `fresh`).
         Raises Unsupported, RuntimeError (the environment could not be built)."""
         if fresh and state.exists():
             await _remove_state(state)
@@ -112,9 +112,9 @@ class TaskBench:
             rules = IgnoreRules(coord.trace.repo, root_tree)
             snap = Snapshot(ignored=rules.ignored,
                             exists=lambda p: coord.trace.entry(root_tree, p) is not None,
-                            read=lambda p: _read(coord, root_tree, p))
+                            read=lambda p: read_file(root_tree, p))
             rec = recipe(task, snap, mini=mini)
-            coord.toolchain = rec.toolchain
+            coord.use_settings(toolchain=rec.toolchain)
             # Units a killed run left unfinished: their names are used again.
             for s in list(coord.scopes.values()):
                 if s.name not in ("root", ENV_SCOPE) and not s.discarded:
@@ -127,10 +127,10 @@ class TaskBench:
             cached = True
             if env is None or env.discarded:
                 env, cached = await _build_env(coord, task, rec, cache)
-            bench = cls(task, coord, env, rec, policy)
-            bench.prepared_s = time.perf_counter() - started
-            bench.cached = cached
-            yield bench
+            opened = cls(task, coord, env, rec, policy)
+            opened.prepared_s = time.perf_counter() - started
+            opened.cached = cached
+            yield opened
 
     def diff(self, scope: Scope) -> str:
         """The diff from the base tree to `scope`'s head (tracked files only)."""
@@ -139,15 +139,11 @@ class TaskBench:
 
 
 
-def _read(coord: Coordinator, tree: pygit2.Tree, path: str) -> bytes | None:
-    obj = coord.trace.entry(tree, path)  # not tree[path]: pygit2 keeps its key
-    if obj is None or obj.type != pygit2.enums.ObjectType.BLOB:
-        return None
-    return obj.read_raw()
-
-
 def _head(repo: Path) -> str:
-    return str(pygit2.Repository(str(repo)).head.target)
+    head = open_checkout(repo).head
+    if head is None:
+        raise RuntimeError(f"{repo} has no commit")
+    return head
 
 
 async def _remove_state(state: Path) -> None:
@@ -180,17 +176,17 @@ async def _fill_env(coord: Coordinator, env: Scope, task: Task, rec: Recipe, cac
                     ) -> tuple[Scope, bool]:
     root = cache / "envs" / task.key.replace("/", "-")
     tarball = root / "env.tar"
-    ready = root / "env.json"  # not ready.json: the Lab's host virtualenv keeps that name
+    ready = root / "env.json"  # not ready.json: the git workbench's virtualenv keeps that
     # The sandbox user must reach what a command reads from the host: a fresh
     # directory under /tmp, whatever the modes of the cache's parents.
     shown = Path(tempfile.mkdtemp(prefix="corral-env-"))
     os.chmod(shown, 0o755)
     try:
-        with _locked(cache / "locks" / (task.key.replace("/", "-") + ".scope-env")):
+        with locked(cache / "locks" / (task.key.replace("/", "-") + ".scope-env")):
             recipe_id = hashlib.sha256(rec.script.encode()).hexdigest()[:16]
             if ready.exists() and tarball.exists() and json.loads(ready.read_text()).get(
                     "recipe") == recipe_id:
-                await asyncio.to_thread(_share, tarball, shown / "env.tar")
+                await asyncio.to_thread(share_file, tarball, shown / "env.tar")
                 r = await _exec(coord, env, ["tar", "-xf", str(shown / "env.tar"),
                                              "--no-same-owner", "-C", REPO],
                                 (shown, *rec.toolchain), network=False)
@@ -228,24 +224,12 @@ async def _built(coord: Coordinator, env: Scope) -> bool:
             and last.outcome.returncode == 0 and not last.outcome.timed_out)
 
 
-def _share(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-    os.chmod(dst, 0o644)
-
-
 async def _exec(coord: Coordinator, scope: Scope, argv: list[str], shown: Sequence[Path], *,
                 network: bool, env: dict[str, str] | None = None
                 ) -> tuple[ExecOutcome, bytes]:
-    before = coord.toolchain
-    coord.toolchain = tuple(shown)
-    try:
-        result = await scope.exec(argv, timeout=coord.exec_limits.timeout_max, network=network,
-                                  env=env)
-    finally:
-        coord.toolchain = before
+    with coord.settings_changed(toolchain=tuple(shown)) as settings:
+        result = await scope.exec(argv, timeout=settings.exec_limits.timeout_max,
+                                  network=network, env=env)
     outcome = result.outcome
     if not isinstance(outcome, ExecOutcome):
         raise RuntimeError(f"{argv[0]} in scope {scope.name} did not run: {result.reason}")

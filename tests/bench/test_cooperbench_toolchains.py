@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from bench.cooperbench import RunSpec, Unsupported, load_tasks, run
-from bench.cooperbench._lab import git
+from bench.cooperbench._environment import task_test_command
+from bench.cooperbench._repos import git
 from bench.cooperbench._toolchains import (
     _go_toolchain,
     _node_toolchain,
@@ -382,7 +383,7 @@ def test_a_typescript_pair_installs_once_into_node_modules_and_tests_offline(
     dataset = make_task(tmp_path, "calc", "FROM node:22-slim\n", TS_RUNNER_NPM, TS_BASE,
                         TS_FEATURES)
     (task,) = load_tasks(dataset).values()
-    assert task.language == "typescript" and task.test_command == "set -e\nnpm test 2>&1\n"
+    assert task.language == "typescript" and task_test_command(task) == "set -e\nnpm test 2>&1\n"
     (r,) = _run(tmp_path, dataset)
     assert (r.status, r.merge_status) == ("passed", "clean"), r.reason
     assert [f.tests_passed for f in r.features] == [1, 1]

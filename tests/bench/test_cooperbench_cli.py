@@ -4,6 +4,7 @@ whole, the report says where its plot is and the plot's legend covers no bar."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cooperbench._cli import main as cli_main
 from bench.cooperbench._records import PairResult
 from bench.cooperbench._report import plot, summarize
 from bench.cooperbench._store import ResultStore
@@ -106,3 +108,25 @@ def test_help_shows_every_option_text_whole(tmp_path: Path) -> None:
         if text:
             assert " ".join(text.split()) in flat, param.name
     assert re.search(r"\(pallets_click_task/task2068\)", flat)
+
+
+@pytest.mark.slow
+def test_cli_json_flag_and_old_form(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--json` prints the report on stdout, `-o FILE` writes it, and the old
+    `--json FILE` still writes FILE with a note."""
+    monkeypatch.chdir(tmp_path)
+    args = ["conflicts", "--task", "textkit", "--env-cache", str(tmp_path / "c")]
+    with pytest.raises(SystemExit) as done:
+        cli_main([*args, "--json"])
+    assert done.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["pairs"] >= 1
+    with pytest.raises(SystemExit):
+        cli_main([*args, "-o", str(tmp_path / "a.json")])
+    assert json.loads((tmp_path / "a.json").read_text()) == data
+    with pytest.raises(SystemExit):
+        cli_main([*args, "--json", str(tmp_path / "b.json")])
+    captured = capsys.readouterr()
+    assert "old form" in captured.err and not captured.out.strip().startswith("{")
+    assert json.loads((tmp_path / "b.json").read_text()) == data

@@ -1,5 +1,6 @@
-"""The evaluation in Corral scopes: the operations CooperBench's `test_merged` does
-with git in its container, done on a task's `TaskBench`, each an effect in the trace.
+"""The scope workbench: the operations CooperBench's `test_merged` does with git in its
+container, done in Corral scopes forked from a task's `TaskState`, each an effect in
+the trace.
 
 - an agent branch (base + patch): the agent's own scope when the graded patch is its
   whole diff (the tree is then base + patch by construction), else a fork of `env`
@@ -13,34 +14,35 @@ with git in its container, done on a task's `TaskBench`, each an effect in the t
   --ignore-space-change`, else `--3way`), then the task's test command, in the
   environment every scope shares copy-on-write from `env`.
 
-It has the methods of the stock-git `Lab` that `grade_merged` and `grade_solo` call, as
-coroutines on the bench's event loop (the `Lab`'s through `LabSteps`), so the same rules
-run on both (tests/bench/test_cooperbench_rules.py runs each case on both). The rules run
-on the loop itself: no thread hop to and from it per step.
+It is a `Workbench` as the stock-git `GitWorkbench` is, so the same rules run on both
+(tests/bench/test_cooperbench_grade.py runs each case on both). Its steps run on the
+task state's event loop itself: no thread hop to and from it per step.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Literal
 
 from coordinator import ExecOutcome, PatchError, Scope
 
-from ._env import REPO
-from ._lab import ApplyStatus, MergeRun, TestRun, parse_results
-from ._taskbench import TaskBench
+from ._recipe import REPO
+from ._task_state import TaskState
+from ._workbench import ApplyStatus, MergeRun, TestRun, parse_results
 
-__all__ = ["ScopeLab"]
+__all__ = ["ScopeWorkbench"]
 
 
-class ScopeLab:
-    """One graded unit's evaluation; its scopes are named `<prefix>.<what><n>`."""
+class ScopeWorkbench:
+    """One graded unit's evaluation; its scopes are named `<prefix>.<what><n>`. `known`
+    maps a patch's text to a scope whose tree is base + that patch (an agent's own
+    scope), tested there instead of applying the patch again."""
 
-    def __init__(self, bench: TaskBench, prefix: str, known: dict[str, Scope] | None = None
+    def __init__(self, state: TaskState, prefix: str, known: dict[str, Scope] | None = None
                  ) -> None:
-        self.bench = bench
+        self.state = state
         self.prefix = prefix
-        self.base = bench.env.head
+        self.base = state.env.head
         self._states: dict[str, Scope] = dict(known or {})
         """A graded diff's text -> a scope whose tree is base + that diff."""
         self.scopes: list[Scope] = []
@@ -69,11 +71,11 @@ class ScopeLab:
 
     async def _branch(self, patch: str, n: int) -> tuple[Scope, ApplyStatus]:
         if not patch:
-            return self.bench.env, "skipped"
+            return self.state.env, "skipped"
         known = self._states.get(patch)
         if known is not None:
             return known, "applied"
-        s, error = await self._apply(self.bench.env, patch, f"agent{n}-branch")
+        s, error = await self._apply(self.state.env, patch, f"agent{n}-branch")
         if error:
             return s, "failed"
         self._states[patch] = s
@@ -87,7 +89,7 @@ class ScopeLab:
             return MergeRun(a1, a2, False, "", "naive")
         target = await self._fork(b2, "merged")
         m = await target.merge(b1)
-        strategy: Any = "naive"
+        strategy: Literal["naive", "union"] = "naive"
         if m.conflicts:
             if not union:
                 return MergeRun(a1, a2, True, "", "naive")
@@ -95,7 +97,7 @@ class ScopeLab:
             strategy = "union"
             if m.conflicts:
                 return MergeRun(a1, a2, True, "", "union", union_conflict=True)
-        diff = self.bench.diff(target)
+        diff = self.state.diff(target)
         self._states[diff] = target
         return MergeRun(a1, a2, False, diff, strategy, tree=m.tree)
 
@@ -104,28 +106,27 @@ class ScopeLab:
         when it does not apply)."""
         s = self._states.get(patch)
         if s is None:
-            s, error = await self._apply(self.bench.env, patch, "identical")
+            s, error = await self._apply(self.state.env, patch, "identical")
             if error:
                 return patch
-        diff = self.bench.diff(s)
+        diff = self.state.diff(s)
         self._states[diff] = s
         return diff
 
     async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
-                        env: dict[str, str] | None, timeout: float) -> TestRun:
+                        timeout: float) -> TestRun:
         """runner.sh in a scope: the state of base + `feature_patch` forked, the tests
-        patch applied, the command run offline. `env` is ignored: commands get the
-        bench's environment."""
+        patch applied, the command run offline in the environment of `env`."""
         started = time.perf_counter()
-        state = self.bench.env if not feature_patch else self._states.get(feature_patch)
+        state = self.state.env if not feature_patch else self._states.get(feature_patch)
         if state is None:
             assert feature_patch is not None
-            state, error = await self._apply(self.bench.env, feature_patch, "feature")
+            state, error = await self._apply(self.state.env, feature_patch, "feature")
             if error:
                 return _not_applied("feature.patch", error, started)
             self._states[feature_patch] = state
         t = await self._fork(state, "tests")
-        env = dict(self.bench.test_env)
+        env = dict(self.state.test_env)
         if len(tests_patch) < _ENV_MAX:
             # runner.sh's own step, in the same command: its flags, and the test files
             # it writes recorded as the command's changes.
@@ -148,7 +149,7 @@ class ScopeLab:
         if not isinstance(outcome, ExecOutcome):
             text = f"the test command did not run: {result.reason}\n"
             return TestRun(False, None, 0, 0, text, time.perf_counter() - started)
-        trace = self.bench.coord.trace
+        trace = self.state.coord.trace
         output = (trace.blob(outcome.stdout) + trace.blob(outcome.stderr)).decode(
             "utf-8", "replace")
         if outcome.timed_out:

@@ -1,131 +1,66 @@
-"""The evaluation lab: a plain git checkout of a task's base commit where patches are
-applied, branches merged and tests run with stock git, exactly as CooperBench's
+"""The stock-git workbench: a plain git checkout of a task's base commit where patches
+are applied, branches merged and tests run with stock git, exactly as CooperBench's
 evaluation container does it (0.0.29 `eval/sandbox.py` and the task's `runner.sh`).
+The reference the scope workbench is checked against, and the census's merge.
 
-Every step is a real `git` command; nothing here knows about Corral.
+Every step is a real `git` command run on a thread; nothing here knows about Corral.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Lab", "LabSteps", "MergeRun", "TestRun", "git", "parse_results"]
+from ._host_env import Environment
+from ._repos import git
+from ._workbench import ApplyStatus, MergeRun, TestRun, parse_results
 
-ApplyStatus = Literal["applied", "skipped", "failed"]
-
-_GIT_ENV = {
-    # Results must not depend on the user's git configuration: CooperBench's
-    # containers have none.
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "CooperBench Eval",
-    "GIT_AUTHOR_EMAIL": "eval@cooperbench.local",
-    "GIT_COMMITTER_NAME": "CooperBench Eval",
-    "GIT_COMMITTER_EMAIL": "eval@cooperbench.local",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "GIT_TERMINAL_PROMPT": "0",
-}
+__all__ = ["GitWorkbench"]
 
 
-def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `git args` in `cwd` with a neutral configuration; output captured as text."""
-    env = {**os.environ, **_GIT_ENV}
-    r = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       errors="replace")
-    if check and r.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {r.stderr.strip()[:500]}")
-    return r
+class GitWorkbench:
+    """A git checkout at `path` whose commit `base` is the task's base commit; tests
+    run in the host environment `env` (None: a workbench that only merges, as the
+    census's)."""
 
-
-def parse_results(output: str) -> tuple[int, int]:
-    """(passed, failed) counted from test output: jest/vitest, pytest, go test, cargo
-    test, in that order (0.0.29's `_parse_results`, rule for rule)."""
-    m = re.search(r"Tests:\s*(?:(\d+)\s*failed,\s*)?(\d+)\s*passed", output)
-    if m:
-        return int(m.group(2)), int(m.group(1)) if m.group(1) else 0
-    passed = failed = 0
-    p = re.search(r"(\d+) passed", output)
-    f = re.search(r"(\d+) failed", output)
-    e = re.search(r"(\d+) error", output)
-    if p:
-        passed = int(p.group(1))
-    if f:
-        failed = int(f.group(1))
-    if e:
-        failed += int(e.group(1))
-    if passed or failed:
-        return passed, failed
-    go_pass, go_fail = len(re.findall(r"--- PASS:", output)), len(re.findall(r"--- FAIL:", output))
-    if go_pass or go_fail:
-        return go_pass, go_fail
-    ok = len(re.findall(r"^ok\s+\S+", output, re.MULTILINE))
-    bad = len(re.findall(r"^FAIL\s+\S+", output, re.MULTILINE))
-    if ok or bad:
-        return (ok if bad == 0 else 0), bad
-    m = re.search(r"test result:.*?(\d+) passed.*?(\d+) failed", output)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return 0, 0
-
-
-@dataclass(frozen=True, slots=True)
-class TestRun:
-    """One run of a feature's tests on a patched checkout."""
-
-    passed: bool
-    """Exit code 0 and at least one test counted as passed."""
-    exit_code: int | None
-    tests_passed: int
-    tests_failed: int
-    output: str
-    seconds: float
-    timed_out: bool = False
-    command_seconds: float = 0.0
-    """Of `seconds`: the test command alone."""
-
-
-@dataclass(frozen=True, slots=True)
-class MergeRun:
-    """Agent branches and their merge (`git merge agent1 --no-commit --no-ff` on agent2)."""
-
-    apply1: ApplyStatus
-    apply2: ApplyStatus
-    conflict: bool
-    diff: str
-    """The merged tree's diff against base (empty on a conflict)."""
-    strategy: Literal["naive", "union"]
-    union_conflict: bool = False
-    tree: str | None = None
-    """The merged tree's id."""
-
-
-class Lab:
-    """A git checkout at `path` whose commit `base` is the task's base commit."""
-
-    def __init__(self, path: Path, base: str) -> None:
+    def __init__(self, path: Path, base: str, env: Environment | None = None) -> None:
         self.path = path
         self.base = base
+        self.env = env
         self._patches = path / ".git" / "cooperbench"
         self._patches.mkdir(parents=True, exist_ok=True)
 
     @classmethod
-    def create(cls, path: Path, source: Path, base: str) -> Lab:
+    def create(cls, path: Path, source: Path, base: str, env: Environment | None = None
+               ) -> GitWorkbench:
         """Clone `source` (a repository holding commit `base`) into `path`."""
         if path.exists():
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         git(path.parent, "clone", "-q", "--shared", "--no-checkout", str(source), str(path))
         git(path, "checkout", "-q", "--force", base)
-        return cls(path, base)
+        return cls(path, base, env)
+
+    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+        """See `Workbench.merge`."""
+        return await asyncio.to_thread(self._merge, patch1, patch2, union)
+
+    async def normalize(self, patch: str) -> str:
+        """See `Workbench.normalize`."""
+        return await asyncio.to_thread(self._normalize, patch)
+
+    async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                        timeout: float) -> TestRun:
+        """See `Workbench.run_tests`. Raises ValueError on a workbench without `env`."""
+        if self.env is None:
+            raise ValueError("this git workbench has no test environment")
+        env = self.env.env(self.path)
+        return await asyncio.to_thread(self._run_tests, feature_patch, tests_patch, command,
+                                       env, timeout)
 
     def _write(self, name: str, text: str) -> Path:
         p = self._patches / name
@@ -157,10 +92,9 @@ class Lab:
         git(self.path, "commit", "-q", "--allow-empty", "--no-verify", "-m", f"Agent {n} changes")
         return status
 
-    def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
-        """Branch agent1 = base + patch1, agent2 = base + patch2, then on agent2
-        `git merge agent1 --no-commit --no-ff`; with `union`, a conflicted merge is
-        retried with `* merge=union` in .gitattributes (CooperBench <= 0.0.15)."""
+    def _merge(self, patch1: str, patch2: str, union: bool) -> MergeRun:
+        """On agent2 `git merge agent1 --no-commit --no-ff`; with `union`, again with
+        `* merge=union` in .gitattributes."""
         p1, p2 = self._write("patch1.patch", patch1), self._write("patch2.patch", patch2)
         a1 = self._branch("agent1", p1, 1)
         a2 = self._branch("agent2", p2, 2)
@@ -194,8 +128,7 @@ class Lab:
         tree = git(self.path, "rev-parse", "HEAD^{tree}").stdout.strip()
         return MergeRun(a1, a2, False, diff, strategy, tree=tree)
 
-    def normalize(self, patch: str) -> str:
-        """0.0.29's identical-patch path: the patch as git re-emits it after applying."""
+    def _normalize(self, patch: str) -> str:
         p = self._write("identical.patch", patch)
         self.reset()
         for extra in ((), ("--recount",)):
@@ -204,11 +137,9 @@ class Lab:
                 return git(self.path, "diff", "--cached", "--binary", self.base).stdout
         return patch
 
-    def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
-                  env: dict[str, str], timeout: float) -> TestRun:
-        """runner.sh on a clean checkout of base: apply the feature patch and the tests
-        patch (`git apply --ignore-whitespace --ignore-space-change`, else `--3way`),
-        then run the test command. Returns the TestRun."""
+    def _run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                   env: dict[str, str], timeout: float) -> TestRun:
+        """runner.sh on a clean checkout of base."""
         started = time.perf_counter()
         self.reset()
         out: list[str] = []
@@ -248,25 +179,6 @@ class Lab:
         tp, tf = parse_results(output)
         return TestRun(r2.returncode == 0 and tp > 0, r2.returncode, tp, tf, output,
                        now - started, False, now - began)
-
-
-class LabSteps:
-    """A `Lab` as the grading rules use a workbench (`_evaluate.Workbench`): each of its
-    blocking git steps awaited on a thread."""
-
-    def __init__(self, lab: Lab) -> None:
-        self.lab = lab
-
-    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
-        return await asyncio.to_thread(self.lab.merge, patch1, patch2, union=union)
-
-    async def normalize(self, patch: str) -> str:
-        return await asyncio.to_thread(self.lab.normalize, patch)
-
-    async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
-                        env: dict[str, str], timeout: float) -> TestRun:
-        return await asyncio.to_thread(self.lab.run_tests, feature_patch, tests_patch,
-                                       command, env, timeout)
 
 
 def _text(b: bytes | str | None) -> str:

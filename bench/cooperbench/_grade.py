@@ -15,26 +15,17 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
-from ._lab import MergeRun, TestRun
 from ._patches import sanitize, strip_tests
-from ._records import FeatureResult, MergeStatus
+from ._records import FeatureResult, MergePolicy, MergeStatus
+from ._workbench import TestRun, Workbench
 
-__all__ = ["Grade", "Workbench", "TestRunner", "grade_merged", "grade_solo"]
-
-
-class Workbench(Protocol):
-    """Where a pair is graded: `ScopeLab` (Corral scopes, on the bench's event loop),
-    or the stock-git `Lab` as `LabSteps` (each git step on a thread)."""
-
-    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun: ...
-
-    async def normalize(self, patch: str) -> str: ...
+__all__ = ["Grade", "TestRunner", "feature_result", "grade_merged", "grade_solo"]
 
 
 TestRunner = Callable[[Workbench, str | None, int], Awaitable[TestRun]]
-"""(lab, feature patch, feature id) -> the feature's test run on base + that patch."""
+"""(workbench, feature patch, feature id) -> the feature's test run on base + that
+patch."""
 
 _TAIL = 1500
 
@@ -82,9 +73,9 @@ class _Clock:
         self.grade = grade
         self._run = run
 
-    async def test(self, lab: Workbench, patch: str | None, fid: int, label: str) -> TestRun:
+    async def test(self, bench: Workbench, patch: str | None, fid: int, label: str) -> TestRun:
         t = time.perf_counter()
-        r = await self._run(lab, patch, fid)
+        r = await self._run(bench, patch, fid)
         self.grade.test_seconds += time.perf_counter() - t
         self.grade.command_seconds += r.command_seconds
         self.grade.outputs[label] = r.output
@@ -92,14 +83,14 @@ class _Clock:
 
 
 async def grade_merged(
-    lab: Workbench,
+    bench: Workbench,
     f1: int,
     f2: int,
     patch1: str,
     patch2: str,
     run_tests: TestRunner,
     *,
-    policy: Literal["plain", "union", "corral"] = "plain",
+    policy: MergePolicy = "plain",
     corral_diff: str | None = None,
 ) -> Grade:
     """Grade a coop pair by 0.0.29's rules. `corral_diff` is the diff Corral's merge
@@ -111,16 +102,16 @@ async def grade_merged(
     clock = _Clock(grade, run_tests)
     t = time.perf_counter()
     if p1 and p2 and p1 == p2:
-        merged = await lab.normalize(p1)
+        merged = await bench.normalize(p1)
         grade.merge_seconds = time.perf_counter() - t
         grade.merge_status, grade.strategy, grade.apply = "identical", "identical", (
             "applied", "applied")
         grade.merged_diff = merged
-        r1 = await clock.test(lab, merged, f1, "f1")
-        r2 = await clock.test(lab, merged, f2, "f2")
+        r1 = await clock.test(bench, merged, f1, "f1")
+        r2 = await clock.test(bench, merged, f2, "f2")
         grade.features = (feature_result(f1, r1), feature_result(f2, r2))
         return grade
-    m = await lab.merge(p1, p2, union=policy == "union")
+    m = await bench.merge(p1, p2, union=policy == "union")
     grade.apply = (m.apply1, m.apply2)
     if "failed" in (m.apply1, m.apply2):
         status: MergeStatus = "missing_input"
@@ -141,8 +132,8 @@ async def grade_merged(
         merged = strip_tests(sanitize(corral_diff)) if policy == "corral" and corral_diff \
             else (m.diff if policy != "corral" else "")
         grade.merged_diff = merged
-        r1 = await clock.test(lab, merged, f1, "f1")
-        r2 = await clock.test(lab, merged, f2, "f2")
+        r1 = await clock.test(bench, merged, f1, "f1")
+        r2 = await clock.test(bench, merged, f2, "f2")
         grade.features = (feature_result(f1, r1), feature_result(f2, r2))
         return grade
     why = {"missing_input": "a patch did not apply", "conflicts": "merge conflict"}[status]
@@ -151,9 +142,9 @@ async def grade_merged(
     results = [feature_result(f1, None, why), feature_result(f2, None, why)]
     if m.apply1 == "applied":
         # The lead fallback: agent1's patch alone, against both suites.
-        s1 = await clock.test(lab, p1, f1, "lead-f1")
+        s1 = await clock.test(bench, p1, f1, "lead-f1")
         if s1.passed:
-            s2 = await clock.test(lab, p1, f2, "lead-f2")
+            s2 = await clock.test(bench, p1, f2, "lead-f2")
             if s2.passed:
                 results = [feature_result(f1, s1), feature_result(f2, s2)]
                 grade.strategy = "solo-agent1"
@@ -161,15 +152,15 @@ async def grade_merged(
     return grade
 
 
-async def grade_solo(lab: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner
+async def grade_solo(bench: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner
                      ) -> Grade:
     """Grade a solo patch: tested against each feature's tests."""
     p = strip_tests(sanitize(patch or ""))
     grade = Grade((FeatureResult(id=f1, passed=False), FeatureResult(id=f2, passed=False)),
                   "solo", "solo")
     clock = _Clock(grade, run_tests)
-    r1 = await clock.test(lab, p, f1, "f1")
-    r2 = await clock.test(lab, p, f2, "f2")
+    r1 = await clock.test(bench, p, f1, "f1")
+    r2 = await clock.test(bench, p, f2, "f2")
     grade.features = (feature_result(f1, r1), feature_result(f2, r2))
     grade.merged_diff = p
     return grade

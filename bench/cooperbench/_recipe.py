@@ -1,0 +1,92 @@
+"""What the environment step is made of: a `Recipe` (how one task's test environment
+is built, once, in the task's `env` scope), the `Snapshot` of the base tree a recipe
+may look at, and `LanguageSupport`, one language's entry in the registry of
+`_environment`.
+
+A recipe is a script run once in the task's `env` scope at /workspace/repo, network
+on, that builds the environment under paths the repository ignores (a virtualenv with
+the task's package and test dependencies, for Python). Every scope of the task is
+forked from `env`, so all of them and every test run share it copy-on-write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._dataset import Task
+
+__all__ = [
+    "REPO",
+    "UNSUPPORTED_MARK",
+    "LanguageSupport",
+    "Recipe",
+    "RecipeFactory",
+    "Snapshot",
+    "Unsupported",
+]
+
+
+class Unsupported(Exception):
+    """A task this machine cannot run (its toolchain is missing); not a failure."""
+
+
+REPO = "/workspace/repo"
+"""Where every Corral command sees its scope: an environment built there works
+unchanged in every fork."""
+
+UNSUPPORTED_MARK = "corral-unsupported: "
+"""How a recipe's script says the task cannot run here (see `Recipe.script`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How a task's test environment is built, once, in the task's `env` scope."""
+
+    language: str
+    script: str
+    """bash run at /workspace/repo (network as `network` says) that builds `paths`;
+    `$CORRAL_SEED` names the directory `seed` filled, when there is one. A script that
+    finds the environment cannot be built on this machine (dependencies out of reach)
+    prints a line `UNSUPPORTED_MARK + reason` and exits non-zero: the task is then
+    `unsupported` with that reason, not an error."""
+    paths: tuple[str, ...]
+    """Workspace paths the environment lives in, all ignored by the repository (so
+    they stay out of every tree, patch and merge): what the cache keeps."""
+    env: tuple[tuple[str, str], ...]
+    """The whole environment of every test command, inside the sandbox."""
+    network: bool = True
+    seed: Callable[[Path, Path], None] | None = None
+    """`seed(into, cache)` fills the host directory `into`, which the script reads
+    (shown read-only inside); `cache` is the run's cache, for what it fetches once."""
+    toolchain: tuple[Path, ...] = ()
+    """Host directories every command must see read-only (a compiler's prefix)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a recipe may ask of the task's base tree."""
+
+    ignored: Callable[[str], bool]
+    """Whether a path is ignored by the tree's rules (so it stays out of every tree)."""
+    exists: Callable[[str], bool]
+    read: Callable[[str], bytes | None] = lambda path: None
+    """A file's content in the base tree (None when there is none)."""
+
+
+RecipeFactory = Callable[[Task, Snapshot, bool], Recipe]
+"""(task, its snapshot, mini) -> its Recipe; raises Unsupported."""
+
+
+@dataclass(frozen=True, slots=True)
+class LanguageSupport:
+    """One language in the registry of environments (`_environment.LANGUAGES`)."""
+
+    recipe: RecipeFactory
+    check: Callable[[], None]
+    """Raises Unsupported when this machine lacks the language's toolchain (or its
+    sandbox cannot show it); asked before any clone."""
+    test_command: Callable[[Task], str]
+    """The task's test step (from its runner.sh), run at /workspace/repo in a scope
+    forked from `env`. Raises ValueError."""

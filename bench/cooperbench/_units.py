@@ -1,0 +1,305 @@
+"""The units step: a run's units are (pair, setting); each is worked by agents in
+Corral scopes forked from the task's `env` scope (`_team`), merged (`_merge`, for
+`--merge corral`), then graded in scopes (`ScopeWorkbench`) under each requested merge
+policy; the unit's scopes are discarded at the end, their history kept in the task's
+trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
+
+Settings:
+- `solo`: one agent, scope `….solo`, gets both features.
+- `coop`: agents `….agent1` (feature f1) and `….agent2` (f2) in sibling scopes, no
+  supervisor. Oracle agents take turns, one hunk each (agent1 first), so runs repeat.
+- `supervised`: coop under the supervisor (default the conflict guard). The oracle's
+  answer to a blocked intent is a handoff: the blocked agent sends its remaining work
+  to the other, who merges the blocked agent's branch (Corral's merge) and applies the
+  rest of that feature on its own branch after its own; the blocked agent stops.
+
+Each unit's own policies (the pair's budget, no messages when messaging is off, the
+supervisor's when supervised: `_team_rules.pair_policies`) apply to its scopes only
+(`UnitPolicy`); how the agents work is `_team.work`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from coordinator import Scope
+
+from ._agent_report import AgentReport
+from ._agents import AgentChoice
+from ._dataset import Pair, Task
+from ._environment import check_toolchain, task_test_command
+from ._grade import Grade, grade_merged, grade_solo
+from ._merge import merge_agents
+from ._patches import sanitize, strip_tests
+from ._recipe import Unsupported
+from ._records import FeatureResult, MergePolicy, PairResult, PairStatus, Setting, Timings
+from ._repos import base_repo
+from ._scope_workbench import ScopeWorkbench
+from ._spec import RunSpec, UnitConfig
+from ._store import ResultStore
+from ._task_state import TaskState
+from ._team import work
+from ._team_rules import pair_policies
+from ._workbench import TestRun, Workbench
+
+__all__ = ["TaskContext", "Unit", "pending_units", "run_unit", "skipped", "unprepared"]
+
+UnitMerge = MergePolicy | Literal["-"]
+"""A result's merge policy ("-" for solo: nothing to merge)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    pair: Pair
+    setting: Setting
+
+    def merges(self, policies: Sequence[MergePolicy]) -> tuple[UnitMerge, ...]:
+        """The merge policies this unit is graded under (solo: "-")."""
+        return ("-",) if self.setting == "solo" else tuple(policies)
+
+
+def pending_units(spec: RunSpec, pairs: list[Pair], store: ResultStore) -> list[Unit]:
+    """The units of `pairs` in `spec`'s settings whose results `store` lacks."""
+    done = store.done()
+    units = []
+    for pair in pairs:
+        for setting in spec.settings:
+            unit = Unit(pair, setting)
+            if all((pair.task, pair.f1, pair.f2, setting, m) in done
+                   for m in unit.merges(spec.merges)):
+                continue
+            units.append(unit)
+    return units
+
+
+class TaskContext:
+    """A task prepared for this process: its base repository, and once opened its
+    state (one coordinator, the environment in its `env` scope)."""
+
+    def __init__(self, task: Task, repo: Path, state: Path) -> None:
+        self.task = task
+        self.repo = repo
+        self.state = state
+        self.opened: TaskState | None = None
+
+    @classmethod
+    def prepare(cls, task: Task, spec: RunSpec) -> TaskContext:
+        """Raises Unsupported, FileNotFoundError, RuntimeError."""
+        if not spec.mini:
+            check_toolchain(task)  # refuse what this machine cannot run before any clone
+        repo = base_repo(task, spec.repos_dir, spec.cache)
+        return cls(task, repo, spec.out / "traces" / task.key.replace("/", "-"))
+
+    async def open(self, stack: AsyncExitStack, spec: RunSpec) -> TaskState:
+        """Open the task's state for as long as `stack` (raises Unsupported,
+        RuntimeError). Each unit brings its own policies (`run_unit`)."""
+        self.opened = await stack.enter_async_context(TaskState.open(
+            self.task, self.repo, self.state, spec.cache, mini=spec.mini,
+            backend=spec.backend, fresh=not spec.resume))
+        return self.opened
+
+
+def unprepared(task: Task, unit: Unit, spec: RunSpec, ctx: TaskContext | BaseException
+               ) -> list[PairResult] | None:
+    """A unit's results when its task could not be prepared (unsupported, or
+    preparing failed); None when `ctx` is a ready TaskContext."""
+    if isinstance(ctx, Unsupported):
+        return skipped(task, unit, spec, "unsupported", str(ctx))
+    if isinstance(ctx, BaseException):
+        return skipped(task, unit, spec, "error",
+                       f"preparing the task: {type(ctx).__name__}: {ctx}")
+    return None
+
+
+def skipped(task: Task, unit: Unit, spec: RunSpec, status: PairStatus, reason: str
+            ) -> list[PairResult]:
+    """The results of a unit that did not run, with `status` and `reason`."""
+    return [PairResult(task=task.key, f1=unit.pair.f1, f2=unit.pair.f2, setting=unit.setting,
+                       merge=m, agent=spec.agent, status=status, reason=reason[:2000])
+            for m in unit.merges(spec.merges)]
+
+
+def _safe(key: str) -> str:
+    return key.replace("/", "-")
+
+
+@dataclass
+class _Run:
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("open", "fork", "apply", "merge", "test", "test_commands", "close"), 0.0))
+    report: AgentReport = field(default_factory=AgentReport)
+    handoffs: int = 0
+    scopes: dict[str, str] = field(default_factory=dict)
+    patches: dict[str, str] = field(default_factory=dict)
+    corral_diff: str | None = None
+    corral_conflicts: tuple[str, ...] = ()
+    states: dict[str, Scope] = field(default_factory=dict)
+    """A patch's text -> the scope whose tree is base + that patch (the evaluation
+    tests it there instead of applying it again)."""
+
+
+def _remember(run: _Run, patch: str, scope: Scope) -> None:
+    # Only a patch the rules grade unchanged (nothing stripped, nothing sanitized).
+    if patch and strip_tests(sanitize(patch)) == patch:
+        run.states.setdefault(patch, scope)
+
+
+async def run_unit(
+    cfg: UnitConfig,
+    state: TaskState,
+    pair: Pair,
+    setting: Setting,
+    agent: AgentChoice,
+) -> list[PairResult]:
+    """Run `pair` in `setting` on the task's state and grade it; one PairResult per
+    merge policy (one for solo). A failure anywhere becomes results with status
+    "error" and its reason. The unit's scopes are discarded at the end (their history
+    stays in the trace)."""
+    task = state.task
+    merges = Unit(pair, setting).merges(cfg.merges)
+    prefix = f"{pair.f1}-{pair.f2}.{setting}"
+    run = _Run()
+    started = time.perf_counter()
+    grades: list[tuple[UnitMerge, Grade, dict[str, str]]] = []
+    error: Exception | None = None
+    try:
+        await _work(cfg, state, pair, setting, agent, run, prefix)
+        for merge in merges:
+            bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
+                                   run.states)
+            grade = await _grade(cfg, task, pair, merge, bench, run)
+            grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
+    except Exception as e:
+        error = e
+    t = time.perf_counter()
+    # Every scope of the unit is named under its prefix: its agents', the
+    # evaluation's, and what the supervisor made for it (its own scope, an agent
+    # restarted in a new scope of the same name). Discarded at once: each discard
+    # holds only its own scope's lock, and their unmounts overlap on the io threads.
+    live = [s for n, s in list(state.coord.scopes.items())
+            if n.startswith(prefix + ".") and not s.discarded]
+    outcomes = await asyncio.gather(*(s.discard() for s in live), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):  # the results stand; the scope stays live
+            error = error or outcome
+        elif isinstance(outcome, BaseException):
+            raise outcome
+    run.timings["close"] = time.perf_counter() - t
+    if error is not None:
+        reason = f"{type(error).__name__}: {error}"
+        return [PairResult(task=task.key, f1=pair.f1, f2=pair.f2, setting=setting,
+                           merge=m, agent=agent.name, status="error",
+                           reason=reason[:2000], trace=str(state.coord.state),
+                           timings=Timings(total=round(time.perf_counter() - started, 4)))
+                for m in merges]
+    return [_result(cfg, task, pair, setting, merge, agent, run, grade, state.coord.state,
+                    graded) for merge, grade, graded in grades]
+
+
+async def _work(cfg: UnitConfig, state: TaskState, pair: Pair, setting: Setting,
+                agent: AgentChoice, run: _Run, prefix: str) -> None:
+    coord, task = state.coord, state.task
+    f1, f2 = task.features[pair.f1], task.features[pair.f2]
+    t = time.perf_counter()
+    roles = ["solo"] if setting == "solo" else ["agent1", "agent2"]
+    scopes = []
+    for role in roles:
+        scopes.append(await state.env.fork(f"{prefix}.{role}"))
+    run.timings["fork"] = time.perf_counter() - t
+    names = [s.name for s in scopes]
+    policies, rules = pair_policies(cfg.team(), setting)
+    state.policy.supervise(names, policies)
+    t = time.perf_counter()
+    try:
+        run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, rules)
+    finally:
+        state.policy.release(names)
+    run.handoffs = run.report.handoffs
+    run.timings["apply"] = time.perf_counter() - t
+    for role, s in zip(roles, scopes, strict=True):
+        run.scopes[s.name] = s.head
+        run.patches[role] = state.diff(s)
+        _remember(run, run.patches[role], s)
+    if setting != "solo" and "corral" in cfg.merges:
+        t = time.perf_counter()
+        target, m = await merge_agents(coord, scopes[0], scopes[1], f"{prefix}.merged",
+                                       cfg.resolver, cfg.base_url, run.report)
+        run.scopes[target.name] = target.head
+        if m.tree is not None:
+            run.corral_diff = state.diff(target)
+            _remember(run, run.corral_diff, target)
+        run.corral_conflicts = tuple(c.path for c in m.conflicts)
+        run.timings["merge"] += time.perf_counter() - t
+
+
+async def _grade(cfg: UnitConfig, task: Task, pair: Pair, merge: UnitMerge,
+                 bench: ScopeWorkbench, run: _Run) -> Grade:
+    # Asked at the first test run: a unit that runs no test needs no test command.
+    command = functools.cache(lambda: task_test_command(task))
+
+    async def run_tests(bench: Workbench, patch: str | None, fid: int) -> TestRun:
+        return await bench.run_tests(patch, task.features[fid].tests, command(),
+                                     cfg.test_timeout)
+
+    if merge == "-":  # solo
+        return await grade_solo(bench, pair.f1, pair.f2, run.patches["solo"], run_tests)
+    return await grade_merged(bench, pair.f1, pair.f2, run.patches["agent1"],
+                              run.patches["agent2"], run_tests, policy=merge,
+                              corral_diff=run.corral_diff)
+
+
+def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: UnitMerge,
+            agent: AgentChoice, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
+            ) -> PairResult:
+    base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
+    logs = cfg.out / "logs" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
+    base.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, text in run.patches.items():
+        p = base / f"{setting}-{name}.patch"
+        p.write_text(text)
+        files[name] = str(p.relative_to(cfg.out))
+    if grade.merged_diff:
+        p = base / f"{setting}-{merge}-graded.patch"
+        p.write_text(grade.merged_diff)
+        files["graded"] = str(p.relative_to(cfg.out))
+    for label, output in grade.outputs.items():
+        (logs / f"{setting}-{merge}-{label}.log").write_text(output)
+    rep = run.report
+    status: PairStatus = "passed" if grade.passed else "failed"
+    reason = "" if grade.passed else "; ".join(
+        f"feature {f.id}: {f.reason}" for f in grade.features if not f.passed)
+    if rep.error:
+        status, reason = "error", f"agent error: {rep.error}"
+    timings = Timings(**{k: round(v, 4) for k, v in run.timings.items()
+                         if k not in ("merge", "test", "test_commands")},
+                      merge=round(run.timings["merge"] + grade.merge_seconds, 4),
+                      test=round(grade.test_seconds, 4),
+                      test_commands=round(grade.command_seconds, 4))
+    # This policy's own total: the unit's shared work plus its own grading.
+    timings = timings.model_copy(update={"total": round(
+        timings.open + timings.fork + timings.apply + timings.merge + timings.test
+        + timings.close, 4)})
+    cost = None
+    if cfg.price_in is not None and cfg.price_out is not None:
+        cost = round((rep.prompt_tokens * cfg.price_in
+                      + rep.completion_tokens * cfg.price_out) / 1e6, 6)
+    return PairResult(
+        task=task.key, f1=pair.f1, f2=pair.f2, setting=setting, merge=merge,
+        agent=agent.name, status=status, reason=reason[:2000],
+        merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
+        features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
+        timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
+        completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
+        blocked=rep.blocked, handoffs=run.handoffs, trace=str(state),
+        scopes={**run.scopes, **graded},
+        patches=files, **rep.record,
+    )

@@ -1,0 +1,104 @@
+"""The workbench: the place a pair's patches are applied, merged and tested, as the
+grading rules (`_grade`) use it. One protocol, two implementations:
+
+    GitWorkbench    (`_git_workbench`)   a plain git checkout and stock git, exactly
+                    as CooperBench's evaluation container does it: the reference
+    ScopeWorkbench  (`_scope_workbench`) Corral scopes of the task's state, each step
+                    an effect in the trace: what runs use
+
+tests/bench/test_cooperbench_grade.py runs every rule on both, which must agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+__all__ = ["ApplyStatus", "MergeRun", "TestRun", "Workbench", "parse_results"]
+
+ApplyStatus = Literal["applied", "skipped", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TestRun:
+    """One run of a feature's tests on a patched checkout."""
+
+    passed: bool
+    """Exit code 0 and at least one test counted as passed."""
+    exit_code: int | None
+    tests_passed: int
+    tests_failed: int
+    output: str
+    seconds: float
+    timed_out: bool = False
+    command_seconds: float = 0.0
+    """Of `seconds`: the test command alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeRun:
+    """Agent branches and their merge (`git merge agent1 --no-commit --no-ff` on agent2)."""
+
+    apply1: ApplyStatus
+    apply2: ApplyStatus
+    conflict: bool
+    diff: str
+    """The merged tree's diff against base (empty on a conflict)."""
+    strategy: Literal["naive", "union"]
+    union_conflict: bool = False
+    tree: str | None = None
+    """The merged tree's id."""
+
+
+class Workbench(Protocol):
+    """Where a pair is graded; every step a coroutine."""
+
+    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+        """Branch agent1 = base + patch1 and agent2 = base + patch2 (`git apply`, else
+        `--3way`), then merge agent1 into agent2; with `union`, a conflicted merge is
+        retried as `* merge=union` makes it (CooperBench <= 0.0.15)."""
+        ...
+
+    async def normalize(self, patch: str) -> str:
+        """0.0.29's identical-patch path: the patch as git re-emits it after applying
+        (unchanged when it does not apply)."""
+        ...
+
+    async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
+                        timeout: float) -> TestRun:
+        """runner.sh on base + `feature_patch`: the tests patch applied (`git apply
+        --ignore-whitespace --ignore-space-change`, else `--3way`), then `command`,
+        offline, in the task's test environment."""
+        ...
+
+
+def parse_results(output: str) -> tuple[int, int]:
+    """(passed, failed) counted from test output: jest/vitest, pytest, go test, cargo
+    test, in that order (0.0.29's `_parse_results`, rule for rule)."""
+    m = re.search(r"Tests:\s*(?:(\d+)\s*failed,\s*)?(\d+)\s*passed", output)
+    if m:
+        return int(m.group(2)), int(m.group(1)) if m.group(1) else 0
+    passed = failed = 0
+    p = re.search(r"(\d+) passed", output)
+    f = re.search(r"(\d+) failed", output)
+    e = re.search(r"(\d+) error", output)
+    if p:
+        passed = int(p.group(1))
+    if f:
+        failed = int(f.group(1))
+    if e:
+        failed += int(e.group(1))
+    if passed or failed:
+        return passed, failed
+    go_pass, go_fail = len(re.findall(r"--- PASS:", output)), len(re.findall(r"--- FAIL:", output))
+    if go_pass or go_fail:
+        return go_pass, go_fail
+    ok = len(re.findall(r"^ok\s+\S+", output, re.MULTILINE))
+    bad = len(re.findall(r"^FAIL\s+\S+", output, re.MULTILINE))
+    if ok or bad:
+        return (ok if bad == 0 else 0), bad
+    m = re.search(r"test result:.*?(\d+) passed.*?(\d+) failed", output)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return 0, 0

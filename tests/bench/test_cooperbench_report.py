@@ -1,0 +1,26 @@
+"""The report's statistics: pass rates without errors, Wilson intervals, McNemar."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cooperbench._records import FeatureResult, PairResult
+from bench.cooperbench._report import mcnemar, summarize, wilson
+
+
+def test_pass_rate_excludes_errors_and_the_statistics_are_right() -> None:
+    """pass_rate = passed / (passed + failed); errors are counted apart. Wilson and
+    McNemar match known values."""
+    def r(status: str, f1: int) -> PairResult:
+        feats = (FeatureResult(id=f1, passed=status == "passed"),
+                 FeatureResult(id=9, passed=status == "passed"))
+        return PairResult(task="t", f1=f1, f2=9, setting="coop", merge="plain", agent="oracle",
+                          status=status, features=feats if status != "error" else ())  # type: ignore[arg-type]
+
+    s = summarize([r("passed", 1), r("failed", 2), r("error", 3), r("error", 4)])
+    row = s["rows"][0]
+    assert (row["passed"], row["counted"], row["errors"], row["pass_rate"]) == (1, 2, 2, 0.5)
+    lo, hi = wilson(1, 2)
+    assert round(lo, 4) == 0.0945 and round(hi, 4) == 0.9055
+    assert wilson(0, 0) == (0.0, 0.0)
+    assert mcnemar(0, 5) == pytest.approx(0.0625) and mcnemar(3, 3) == 1.0
