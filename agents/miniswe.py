@@ -38,7 +38,6 @@ from ._miniswe_protocols import (
 )
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import transcript_at
-from .entry import with_old_call_form
 from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
     AssistantMessage,
@@ -252,5 +251,5 @@ async def _mini_swe_agent(ctx: AgentContext) -> AgentResult:
                               max_steps=ctx.budget.max_steps).run()
 
 
-run = with_old_call_form(_mini_swe_agent)
+run = _mini_swe_agent
 """The `mini-swe-agent` entry of the `corral.agents` group (an `Agent`)."""

@@ -10,7 +10,6 @@ import pytest
 
 from agents import AgentContext, AgentResult, Budget, ScriptedAgent, Write, run_tasks
 from agents.providers import Provider, ScriptedProvider
-from coordinator import Coordinator
 from tests.agents._helpers import CALC
 from tests.conftest import git, make_repo
 
@@ -56,18 +55,3 @@ def test_context_and_budget_are_frozen_values() -> None:
         Budget().max_steps = 3  # type: ignore[misc]
     assert "budget" in AgentContext.__dataclass_fields__
     assert AgentContext.__dataclass_params__.frozen  # type: ignore[attr-defined]
-
-
-async def test_registered_agents_still_take_the_old_call_form(tmp_path: Path) -> None:
-    """Until bench/cooperbench passes an AgentContext, `builtin(coord, scope, task, *,
-    provider, max_steps, max_tokens, retries)` runs the same agent on the same budget."""
-    from agents.entry import builtin
-    from tests.agents._helpers import call
-
-    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
-    provider = ScriptedProvider([call("read_file", path="calc.py")] * 3)
-    async with Coordinator.open(tmp_path / "s", repo) as coord:
-        scope = await coord.root.fork("w")
-        result = await builtin(coord, scope, "t", provider=provider, max_steps=2, retries=1)
-    assert result.name == "w" and result.status == "step_limit" and result.steps == 2
-    assert len(provider.requests) == 2
