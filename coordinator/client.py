@@ -20,6 +20,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 from pydantic import BaseModel
@@ -28,6 +29,8 @@ from .records import _errors as _errors
 from .records._effects import Message
 from .records._wire import (
     BlobOut,
+    CutOut,
+    DecisionsOut,
     ExecResultOut,
     ForkResponse,
     GateItem,
@@ -289,6 +292,30 @@ class CorralClient:
     async def handoff(self, scope: str, source: str, *, note: str | None = None) -> MergeResponse:
         return await self._call(MergeResponse, "POST", self._s(scope) + "/handoff",
                                 {"source": source, "note": note})
+
+    # -- the team: consistent cuts (admin) --------------------------------------------
+
+    async def cut(self, scopes: Sequence[str] | None = None, *, name: str | None = None
+                  ) -> CutOut:
+        """A consistent cut of `scopes` (default every live one), recorded as `name`."""
+        return await self._call(CutOut, "POST", "/v1/cuts",
+                                {"scopes": list(scopes) if scopes is not None else None,
+                                 "name": name})
+
+    async def cuts(self) -> list[str]:
+        return (await self._call(NamesOut, "GET", "/v1/cuts")).names
+
+    async def read_cut(self, name: str) -> CutOut:
+        return await self._call(CutOut, "GET", f"/v1/cuts/{quote(name, safe='')}")
+
+    async def fork_team(self, cut: str, prefix: str) -> list[ScopeOut]:
+        return (await self._call(ScopesOut, "POST", f"/v1/cuts/{quote(cut, safe='')}/fork",
+                                 {"prefix": prefix})).scopes
+
+    async def rewind_team(self, cut: str, *, reason: str = "") -> list[str]:
+        return (await self._call(DecisionsOut, "POST",
+                                 f"/v1/cuts/{quote(cut, safe='')}/rewind",
+                                 {"reason": reason})).decisions
 
     async def gate_pending(self) -> list[GateItem]:
         return (await self._call(GatePending, "GET", "/v1/gate/pending")).items

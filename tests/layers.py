@@ -14,6 +14,7 @@ _history`) an arrow to that module.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def _main_block(node: ast.AST) -> bool:
                     for c in node.test.comparators))
 
 
+@functools.cache  # every layering test reads the same files: parse each once
 def _nodes(path: Path) -> list[ast.AST]:
     """Every node of the module at `path`, but those of `if __name__ == "__main__":`."""
     out: list[ast.AST] = []

@@ -3,6 +3,9 @@
 File contents travel as base64 in `content_b64` fields (standard alphabet,
 with padding), in both directions: one encoding for text and binary alike.
 Unified diffs, argv and messages are JSON strings.
+
+Over 500 lines: one model per request and response of the API, so its schema (what
+/openapi.json publishes) is read in one place, beside the route table.
 """
 
 from __future__ import annotations
@@ -34,12 +37,16 @@ __all__ = [
     "Base64",
     "BlobOut",
     "ConflictOut",
+    "CutOut",
+    "CutRequest",
+    "DecisionsOut",
     "DeleteRequest",
     "DiscardRequest",
     "ErrorOut",
     "ExecRequest",
     "ExecResultOut",
     "ForkRequest",
+    "ForkTeamRequest",
     "ForkResponse",
     "GateAnswer",
     "GateItem",
@@ -49,6 +56,7 @@ __all__ = [
     "HunkOut",
     "InjectRequest",
     "LogResponse",
+    "MemberCutOut",
     "MergeRequest",
     "MergeResponse",
     "MessagesOut",
@@ -58,6 +66,7 @@ __all__ = [
     "ResultOut",
     "ReviewAnswer",
     "ReviewRequest",
+    "RewindTeamRequest",
     "RewindRequest",
     "ScopeOut",
     "ScopesOut",
@@ -468,3 +477,41 @@ class GatePending(_Response):
 class BlobOut(_Response):
     id: str
     content_b64: Base64
+
+
+# -- team: consistent cuts ---------------------------------------------------------
+
+
+class CutRequest(_Request):
+    scopes: list[ScopeName] | None = None
+    """The scopes to cut (default: every live one)."""
+    name: ScopeName | None = None
+    """The cut's name (default: the time and four hex digits)."""
+
+
+class ForkTeamRequest(_Request):
+    prefix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")]
+    """Each member `m` of the cut is forked as `<prefix><m>`."""
+
+
+class RewindTeamRequest(_Request):
+    reason: Annotated[str, StringConstraints(max_length=10_000)] = ""
+
+
+class MemberCutOut(_Response):
+    scope: str
+    head: str
+    inbox: list[Message]
+    pending: list[str]
+
+
+class CutOut(_Response):
+    name: str
+    commit: str
+    time: float
+    members: list[MemberCutOut]
+
+
+class DecisionsOut(_Response):
+    decisions: list[str]
+    """The supervisor decisions' effect ids, one per member."""

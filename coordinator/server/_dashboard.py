@@ -21,6 +21,7 @@ from ..records._wire import BadRequest, ScopeOut
 from ..store._reads import diff_blobs, diff_commits, file_at
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry, is_object_id
 from ._auth import Forbidden, Tokens
+from ._http import json_response as _json
 from ._hub import HUB
 from ._openapi import Query, Route
 
@@ -119,10 +120,6 @@ class ScopeOverview(_Out):
     layer_bytes: int | None
     """Bytes held in the scope's own layer (None when it cannot be measured)."""
     tokens: TokensOut
-
-
-def _json(model: BaseModel) -> web.Response:
-    return web.Response(body=model.model_dump_json().encode(), content_type="application/json")
 
 
 def _paths(effect: Effect) -> list[str]:

@@ -11,11 +11,9 @@ import hashlib
 import hmac
 import itertools
 from pathlib import Path
-from typing import TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
 
 from .. import control
 from ..policies._chain import ScopeInfo
@@ -59,39 +57,16 @@ from ..scopes._effect_path import Result
 from ..scopes._scope import Scope
 from ..store._trace import TraceEntry, is_object_id
 from ._auth import Forbidden, Principal, Tokens
+from ._http import body as read_body
+from ._http import caller, json_response
 from ._hub import API_ROUTES, HUB, Hub
 from ._openapi import Query, Route
 from ._streams import events, reviewers
 
 __all__ = ["ROUTES"]
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def _json(model: BaseModel) -> web.Response:
-    return web.Response(body=model.model_dump_json().encode(), content_type="application/json")
-
-
-async def _body(request: web.Request, model: type[M]) -> M:
-    # A client that sends less than its Content-Length gets 408, instead of
-    # holding the connection (and its handler) forever.
-    try:
-        raw = await asyncio.wait_for(request.read(), request.app[HUB].config.body_timeout)
-    except TimeoutError as e:
-        raise web.HTTPRequestTimeout(
-            text=f"the request body did not arrive within "
-                 f"{request.app[HUB].config.body_timeout:g} s (shorter than its Content-Length?)"
-        ) from e
-    return model.model_validate_json(raw if raw.strip() else b"{}")
-
-
-def _ctx(request: web.Request) -> tuple[Hub, Principal]:
-    hub = request.app[HUB]
-    return hub, hub.who(request)
-
-
 def _scope(request: web.Request) -> tuple[Hub, Principal, Scope]:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     return hub, who, hub.scope(who, request.match_info["name"])
 
 
@@ -118,7 +93,7 @@ def _result(r: Result) -> ResultOut:
 
 async def health(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    return _json(Health(snapshot=hub.coordinator.trace.snapshot() or "",
+    return json_response(Health(snapshot=hub.coordinator.trace.snapshot() or "",
                         checkpoint=hub.coordinator.trace.journal.deferred or "ok"))
 
 
@@ -144,7 +119,7 @@ async def dashboard(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     # Admin only: the samples name every scope (corral_layer_bytes{scope}).
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     Tokens.require_admin(who)
     body = await asyncio.to_thread(generate_latest, hub.coordinator.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -154,23 +129,23 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def list_scopes(request: web.Request) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     coord = hub.coordinator
     out = [_scope_out(s.info()) for s in coord.scopes.values()
            if not s.discarded and hub.live_tokens.covers(who, s.name, coord)]
-    return _json(ScopesOut(scopes=out))
+    return json_response(ScopesOut(scopes=out))
 
 
 async def get_scope(request: web.Request) -> web.Response:
     _, _, scope = _scope(request)
-    return _json(_scope_out(scope.info()))
+    return json_response(_scope_out(scope.info()))
 
 
 async def fork(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, ForkRequest)
+    req = await read_body(request, ForkRequest)
     child = await scope.fork(req.name, at=req.at)
-    return _json(ForkResponse(scope=_scope_out(child.info()),
+    return json_response(ForkResponse(scope=_scope_out(child.info()),
                               token=hub.live_tokens.issue(child)))
 
 
@@ -179,7 +154,7 @@ async def read_file(request: web.Request) -> web.Response:
     path = request.query.get("path", "")
     with hub.timed("read"):
         data = await scope.read(path)
-    return _json(ReadResponse(path=path, content_b64=b64(data), size=len(data)))
+    return json_response(ReadResponse(path=path, content_b64=b64(data), size=len(data)))
 
 
 async def list_dir(request: web.Request) -> web.Response:
@@ -189,39 +164,39 @@ async def list_dir(request: web.Request) -> web.Response:
         names = await scope.listdir(path)
     except NotADirectoryError as e:
         raise BadRequest(f"{path} is not a directory") from e
-    return _json(NamesOut(names=names))
+    return json_response(NamesOut(names=names))
 
 
 async def write(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, WriteRequest)
+    req = await read_body(request, WriteRequest)
     with hub.timed("fs.write"):
         r = await scope.write(req.path, req.content, mode=req.mode, cause=req.cause)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def patch(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, PatchRequest)
+    req = await read_body(request, PatchRequest)
     with hub.timed("fs.patch"):
         if req.path is None:
             r = await scope.patch(req.diff, three_way=req.three_way, cause=req.cause)
         else:
             r = await scope.patch(req.path, req.diff, three_way=req.three_way, cause=req.cause)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def delete(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, DeleteRequest)
+    req = await read_body(request, DeleteRequest)
     with hub.timed("fs.delete"):
         r = await scope.delete(req.path, cause=req.cause)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def exec_(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, ExecRequest)
+    req = await read_body(request, ExecRequest)
     with hub.timed("exec"):
         r = await scope.exec(req.argv, timeout=req.timeout, network=req.network, env=req.env,
                              cause=req.cause)
@@ -233,14 +208,14 @@ async def exec_(request: web.Request) -> web.Response:
             lambda: (trace.blob(out.stdout), trace.blob(out.stderr)))
         base.update(returncode=out.returncode, stdout_b64=b64(stdout), stderr_b64=b64(stderr),
                     timed_out=out.timed_out, truncated=out.truncated)
-    return _json(ExecResultOut.model_validate(base))
+    return json_response(ExecResultOut.model_validate(base))
 
 
 async def review(request: web.Request) -> web.Response:
     """Review only: the decision the policy chain gives an intent, recorded, not carried
     out (see `EffectPath.review`)."""
     hub, _, scope = _scope(request)
-    req = await _body(request, ReviewRequest)
+    req = await read_body(request, ReviewRequest)
     intent: Intent
     cause: str | None
     if req.write is not None:
@@ -262,32 +237,32 @@ async def review(request: web.Request) -> web.Response:
         cause = e.cause
     with hub.timed("review"):
         r = await scope.review(intent, cause=cause)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def rewind(request: web.Request) -> web.Response:
     hub, who, scope = _scope(request)
-    req = await _body(request, RewindRequest)
+    req = await read_body(request, RewindRequest)
     with hub.timed("scope.rewind"):
         if who.admin and scope.name != "root":
             steered = await control.rewind(scope, req.to, steps=req.steps, cause=req.cause)
             r = steered.result or steered.decision
         else:
             r = await scope.rewind(req.to, steps=req.steps, cause=req.cause)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def merge(request: web.Request) -> web.Response:
     hub, who, scope = _scope(request)
-    req = await _body(request, MergeRequest)
+    req = await read_body(request, MergeRequest)
     other = hub.scope(who, req.other)
     with hub.timed("scope.merge"):
         m = await scope.merge(other, strategy=req.strategy, dry_run=req.dry_run, cause=req.cause)
-    return _json(MergeResponse.of(m))
+    return json_response(MergeResponse.of(m))
 
 
 async def discard(request: web.Request) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     name = request.match_info["name"]
     gone = hub.coordinator.scopes.get(name)
     if gone is not None and gone.discarded:  # idempotent: the discard that was
@@ -299,59 +274,59 @@ async def discard(request: web.Request) -> web.Response:
         if last is not None:
             return await _discarded(hub, last)
     scope = hub.scope(who, name)
-    req = await _body(request, DiscardRequest)
+    req = await read_body(request, DiscardRequest)
     if scope.name == "root":
         raise BadRequest("the root scope cannot be discarded")
     with hub.timed("scope.discard"):
         if who.admin:
             steered = await control.discard(scope, cause=req.cause)
             if not steered.decision.ok:
-                return _json(_result(steered.decision))
+                return json_response(_result(steered.decision))
             r = steered.result
         else:
             r = await scope.discard(cause=req.cause)
     if r is None:  # discarded meanwhile by another request
         return await _discarded(hub, scope.head)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def _discarded(hub: Hub, commit: str) -> web.Response:
     """The answer to discarding a discarded scope: its discard, as first answered."""
     entry = await hub.coordinator.io(hub.coordinator.trace.show, commit)
     assert entry.effect is not None
-    return _json(_result(Result(entry.effect, entry.commit)))
+    return json_response(_result(Result(entry.effect, entry.commit)))
 
 
 async def send(request: web.Request) -> web.Response:
     hub, _, scope = _scope(request)
-    req = await _body(request, SendRequest)
+    req = await read_body(request, SendRequest)
     with hub.timed("message"):
         r = await scope.send(req.to, req.text)
-    return _json(_result(r))
+    return json_response(_result(r))
 
 
 async def take_messages(request: web.Request) -> web.Response:
     _, _, scope = _scope(request)
-    await _body(request, TakeRequest)  # a malformed body leaves the inbox as it was
-    return _json(MessagesOut(messages=scope.take_messages()))
+    await read_body(request, TakeRequest)  # a malformed body leaves the inbox as it was
+    return json_response(MessagesOut(messages=scope.take_messages()))
 
 
 async def inject(request: web.Request) -> web.Response:
     _, who, scope = _scope(request)
     Tokens.require_admin(who)
-    req = await _body(request, InjectRequest)
-    return _json(_result(await control.inject(scope, req.text, sender=req.sender)))
+    req = await read_body(request, InjectRequest)
+    return json_response(_result(await control.inject(scope, req.text, sender=req.sender)))
 
 
 async def handoff(request: web.Request) -> web.Response:
     hub, who, scope = _scope(request)
     Tokens.require_admin(who)
-    req = await _body(request, HandoffRequest)
+    req = await read_body(request, HandoffRequest)
     source = hub.scope(who, req.source)
     done = await control.handoff(scope, source, strategy="theirs", note=req.note or "")
     if done.merge is None:
         raise BadRequest(f"the handoff was blocked: {done.decision.reason}")
-    return _json(MergeResponse.of(done.merge))
+    return json_response(MergeResponse.of(done.merge))
 
 
 # -- trace --------------------------------------------------------------------
@@ -381,7 +356,7 @@ async def log(request: web.Request) -> web.StreamResponse:
     coord = hub.coordinator
     page = await coord.io(coord.trace.log_page, scope.head, limit=limit, before=below)
     after = _cursor(hub, scope.name, page.next) if page.next is not None else None
-    return _json(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
+    return json_response(LogResponse(scope=scope.name, entries=[_entry(e) for e in page.entries],
                              next=after))
 
 
@@ -435,7 +410,7 @@ def _uncursor(hub: Hub, scope: str, cursor: str) -> str:
 
 
 async def show(request: web.Request) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     coord = hub.coordinator
     entry = await coord.io(coord.trace.show, request.match_info["commit"])
     if not who.admin:
@@ -445,35 +420,35 @@ async def show(request: web.Request) -> web.Response:
         if (owner is None or not hub.live_tokens.covers(who, owner.name, coord)
                 or not await coord.io(coord.trace.is_ancestor, owner.fork_point, entry.commit)):
             raise Forbidden("this commit is not on a scope this token acts on")
-    return _json(_entry(entry))
+    return json_response(_entry(entry))
 
 
 async def blob(request: web.Request) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     Tokens.require_admin(who)
     oid = request.match_info["id"]
     if not is_object_id(oid):
         raise BadRequest(f"{oid!r} is not a full hex blob id")
     data = await hub.coordinator.io(hub.coordinator.trace.blob, oid)
-    return _json(BlobOut(id=oid, content_b64=b64(data)))
+    return json_response(BlobOut(id=oid, content_b64=b64(data)))
 
 
 # -- the human gate -----------------------------------------------------------
 
 
 async def gate_pending(request: web.Request) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     Tokens.require_admin(who)
     items = [_gate_item(h) for h in hub.gate.pending()]
-    return _json(GatePending(items=items))
+    return json_response(GatePending(items=items))
 
 
 async def _gate_answer(request: web.Request, approve: bool) -> web.Response:
-    hub, who = _ctx(request)
+    hub, who = caller(request)
     Tokens.require_admin(who)
-    req = await _body(request, GateAnswer)
+    req = await read_body(request, GateAnswer)
     held = hub.gate.answer(request.match_info["id"], approve, req.reason)
-    return _json(_gate_item(held))
+    return json_response(_gate_item(held))
 
 
 async def gate_approve(request: web.Request) -> web.Response:
@@ -566,6 +541,7 @@ ROUTES: tuple[Route, ...] = (
 )
 
 # The dashboard's read-only views (graph, diffs, scope overview) live in _views.py.
+from ._cuts import CUT_ROUTES  # noqa: E402
 from ._dashboard import VIEW_ROUTES  # noqa: E402
 
-ROUTES = ROUTES + VIEW_ROUTES
+ROUTES = ROUTES + CUT_ROUTES + VIEW_ROUTES

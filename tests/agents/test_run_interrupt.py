@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agents.model_server import Reply
 from tests.agents._helpers import CALC, NO_KEYS, call, steps_of
 from tests.conftest import git, make_repo
@@ -62,6 +64,7 @@ def _env() -> dict[str, str]:
     return env | {"COLUMNS": "300", "OPENAI_API_KEY": "test"}
 
 
+@pytest.mark.slow  # a real corral run process, SIGINT, then --resume: ~7 s
 def test_sigint_stops_at_the_next_step_and_resume_finishes_the_run(
     tmp_path: Path, served: Callable[[dict[str, Any]], str]
 ) -> None:

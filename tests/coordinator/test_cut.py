@@ -14,6 +14,7 @@ from coordinator import (
     Coordinator,
     CorralError,
     Decision,
+    Forbidden,
     Intent,
     NotFound,
     PathError,
@@ -182,3 +183,41 @@ async def test_a_cut_lists_pending_intents_and_does_not_wait_for_them(tmp_path: 
         assert b.head == head_b
         hold.release.set()
         assert (await stuck).ok
+
+
+async def test_the_team_routes_cut_fork_and_rewind_over_http(tmp_path: Path):
+    """The same through the API and the client; only the admin token may, and bad
+    input is an HTTP error, not a half-done team."""
+    from coordinator.client import ClientError, CorralClient
+
+    from .server_fixtures import serve
+
+    async with serve(tmp_path / "state", _repo(tmp_path)) as srv:
+        c = srv.client
+        token = (await c.fork("root", "a")).token
+        await c.fork("root", "b")
+        await c.write("a", "a.txt", b"one\n")
+        await c.send("a", "b", "hi b")
+        cut = await c.cut(["a", "b"], name="k")
+        assert [(m.scope, [x.text for x in m.inbox]) for m in cut.members] == [
+            ("a", []), ("b", ["hi b"])]
+        assert await c.cuts() == ["k"] and (await c.read_cut("k")) == cut
+        await c.write("a", "a.txt", b"two\n")
+        decisions = await c.rewind_team("k", reason="again")
+        assert len(decisions) == 2
+        assert await c.read("a", "a.txt") == b"one\n"
+        forked = await c.fork_team("k", "x-")
+        assert [s.name for s in forked] == ["x-a", "x-b"]
+        async with CorralClient(srv.url, token) as scoped:
+            with pytest.raises(Forbidden):
+                await scoped.cut(["a"])
+        with pytest.raises(ScopeExists, match="a cut named 'k' exists"):  # 409
+            await c.cut(["a"], name="k")
+        with pytest.raises(NotFound, match="no cut named 'nope'"):  # 404
+            await c.read_cut("nope")
+        with pytest.raises(ClientError) as e:
+            await c.fork_team("k", "bad prefix")
+        assert e.value.status == 422
+        paths = (await c.request("GET", "/openapi.json"))["paths"]
+        assert {"/v1/cuts", "/v1/cuts/{cut}", "/v1/cuts/{cut}/fork",
+                "/v1/cuts/{cut}/rewind"} <= set(paths)

@@ -151,6 +151,7 @@ def attribute_cases(draw: st.DrawFn) -> tuple[Files, Files, Files]:
     return base, sides[0], sides[1]
 
 
+@pytest.mark.slow  # 4 x 40 cases, each against a real git merge: ~13 s
 @pytest.mark.parametrize("strategy", ALL)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=attribute_cases())
