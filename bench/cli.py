@@ -1,4 +1,4 @@
-"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|replay|
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|replay|
 cooperbench`.
 
 Registered through the `corral.commands` entry point group (`register`), so the
@@ -122,6 +122,28 @@ def bench_server(
     report = server_bench.run([int(c) for c in clients.split(",") if c.strip()],
                               seconds=seconds, backend=backend, guard=guard)
     show_report(server_bench.render(report), report, target)
+
+
+@app.command("team")
+def bench_team(
+    scopes: Annotated[int, typer.Option(help="Live scopes in the cut.")] = 64,
+    team: Annotated[int, typer.Option(help="Members forked from each cut.")] = 8,
+    history: Annotated[str, typer.Option(
+        help="Effects each scope has before the cuts (comma-separated: flat in history?)."
+    )] = "10,1000",
+    runs: Annotated[int, typer.Option(help="Cuts (and team forks) timed per row.")] = 20,
+    backend: BackendOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """A consistent cut of many live scopes, and a team forked from it (issue 26 targets)."""
+    from bench import team as team_bench
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = team_bench.run(scopes, team, [int(h) for h in history.split(",") if h.strip()],
+                            runs, backend)
+    show_report(team_bench.render(report), report, target)
 
 
 @app.command("replay")
