@@ -27,8 +27,24 @@ from ._base import (
     parse_limits,
 )
 from ._choose import backends, choose_backend
-from ._exec import REPO_PATH, SANDBOX_UID, check_hidden, default_env, run_bare_bwrap
-from ._files import Entry, apply_changes, leaves, read_entry, read_entry_beneath, snapshot_files
+from ._exec import (
+    REPO_PATH,
+    SANDBOX_UID,
+    SYSTEM_DIRS,
+    check_hidden,
+    default_env,
+    run_bare_bwrap,
+    sandbox_can_read,
+)
+from ._files import (
+    Entry,
+    apply_changes,
+    leaves,
+    read_entry,
+    read_entry_beneath,
+    share_file,
+    snapshot_files,
+)
 from ._scratch import exec_base
 from .copy import CopyBackend
 from .fuse import FuseBackend
@@ -40,6 +56,7 @@ __all__ = [
     "MODE_LINK",
     "REPO_PATH",
     "SANDBOX_UID",
+    "SYSTEM_DIRS",
     "Backend",
     "BackendUnavailable",
     "BaseTree",
@@ -70,4 +87,6 @@ __all__ = [
     "read_entry_beneath",
     "run_bare_bwrap",
     "snapshot_files",
+    "sandbox_can_read",
+    "share_file",
 ]

@@ -61,6 +61,21 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Shown read-only when present: the system's programs, libraries and config.
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+SYSTEM_DIRS = tuple(Path("/") / d for d in _SYSTEM)
+"""The host's directories every command sees (read-only, where they exist): a
+toolchain under one of them needs no showing of its own."""
+
+
+def sandbox_can_read(path: Path) -> bool:
+    """Whether a sandboxed command can read `path`: as root the coordinator runs
+    commands as `SANDBOX_UID`, which every directory on the way must let in."""
+    if os.geteuid() != 0:
+        return os.access(path, os.R_OK | os.X_OK)
+    try:
+        modes = [p.stat().st_mode for p in (path, *path.parents)]
+    except OSError:
+        return False
+    return all(m & 0o001 for m in modes) and bool(modes[0] & 0o004)
 # Hidden inside /etc: credentials and keys (files masked by /dev/null, dirs by
 # an empty tmpfs).
 _ETC_SECRET_FILES = ("shadow", "shadow-", "gshadow", "gshadow-", "security/opasswd",

@@ -388,3 +388,13 @@ def ensure_base(bases: Path, key: str, populate: Callable[[Path], None]) -> Path
     populate(layer)
     marker.write_text(key)
     return layer
+
+
+def share_file(src: Path, dst: Path) -> None:
+    """`src` at `dst`, readable by sandboxed commands: a hard link (a copy across file
+    systems), mode 0644."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    os.chmod(dst, 0o644)

@@ -16,10 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from sandboxes import share_file
+
 from ._dataset import Task
 from ._dataset import test_command as runner_test_command
 from ._recipe import REPO, LanguageSupport, Recipe, Snapshot, Unsupported
-from ._repos import locked, share_file
+from ._repos import locked
 
 __all__ = ["PYTEST_REQUIREMENT", "PYTHON"]
 

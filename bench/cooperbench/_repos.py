@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ._dataset import Task
 
-__all__ = ["base_repo", "find_source", "git", "locked", "share_file"]
+__all__ = ["base_repo", "find_source", "git", "locked"]
 
 _GIT_ENV = {
     # Results must not depend on the user's git configuration: CooperBench's
@@ -114,11 +114,3 @@ def base_repo(task: Task, repos: Path | None, cache: Path) -> Path:
     return dst
 
 
-def share_file(src: Path, dst: Path) -> None:
-    """`src` at `dst` as a hard link (a copy across file systems), readable by the
-    sandbox user."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-    os.chmod(dst, 0o644)

@@ -29,11 +29,12 @@ from pathlib import Path
 
 from coordinator import Coordinator, Decision, ExecOutcome, Intent, Policy, Scope, View
 from coordinator.store import IgnoreRules, open_checkout, read_file
+from sandboxes import share_file
 
 from ._dataset import Task
 from ._environment import recipe
 from ._recipe import REPO, UNSUPPORTED_MARK, Recipe, Snapshot, Unsupported
-from ._repos import locked, share_file
+from ._repos import locked
 
 __all__ = ["ENV_SCOPE", "TaskState", "UnitPolicy"]
 

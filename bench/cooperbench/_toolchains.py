@@ -32,13 +32,12 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from sandboxes import SANDBOX_UID
+from sandboxes import SANDBOX_UID, SYSTEM_DIRS, sandbox_can_read
 
 from ._dataset import Task
 from ._recipe import REPO, UNSUPPORTED_MARK, LanguageSupport, Recipe, Snapshot, Unsupported
@@ -47,8 +46,6 @@ __all__ = ["GO", "RUST", "TYPESCRIPT", "test_command"]
 
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What every sandboxed command sees of the host anyway (sandboxes/_exec.py).
-_SHOWN = tuple(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                 "/libx32", "/etc"))
 
 # Installers that download a binary from outside the package registries fail on a
 # machine that reaches only the registries; none of these binaries runs unit tests.
@@ -67,24 +64,13 @@ class Toolchain(NamedTuple):
     """Host directories the sandbox must show read-only (none under /usr)."""
 
 
-def _reachable(path: Path) -> bool:
-    """Whether sandboxed commands can read `path`: as root the coordinator runs them as
-    an unprivileged uid of their own, which every directory on the way must let in."""
-    if os.geteuid() != 0:
-        return os.access(path, os.R_OK | os.X_OK)
-    try:
-        modes = [p.stat().st_mode for p in (path, *path.parents)]
-    except OSError:
-        return False
-    return all(m & stat.S_IXOTH for m in modes) and bool(modes[0] & stat.S_IROTH)
-
 
 def _show(prefix: Path, what: str) -> tuple[Path, ...]:
     """The toolchain directories showing `prefix` in the sandbox (none when it lies
     in what the sandbox shows anyway). Raises Unsupported when it cannot be shown."""
-    if any(prefix.is_relative_to(s) for s in _SHOWN):
+    if any(prefix.is_relative_to(s) for s in SYSTEM_DIRS):
         return ()
-    if not _reachable(prefix):
+    if not sandbox_can_read(prefix):
         raise Unsupported(
             f"{what} at {prefix} lies under a directory that lets no other user in, and "
             f"sandboxed commands run as uid {SANDBOX_UID}: install the Debian package, or "
@@ -127,7 +113,7 @@ def _node_toolchain() -> Toolchain:
     shown = _show(prefix, "node")
     for name in ("npm", "npx"):
         real = Path(found[name] or "").resolve()
-        if not any(real.is_relative_to(d) for d in (*_SHOWN, *shown)):
+        if not any(real.is_relative_to(d) for d in (*SYSTEM_DIRS, *shown)):
             raise Unsupported(f"TypeScript task: {name} ({real}) lies outside node's "
                               f"prefix {prefix}")
     return Toolchain(str(node.parent), shown)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sandboxes import REPO_PATH, default_env
+from sandboxes import REPO_PATH, default_env, share_file
 
 from ..records._effects import ExecOutcome, FileChange
 from ..records._errors import CorralError
@@ -379,7 +379,7 @@ async def _unpack(coord: Coordinator, entry: Path, toolchain: tuple[Path, ...]
     shown = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="corral-env-", dir=base))
     try:
         os.chmod(shown, 0o755)
-        await asyncio.to_thread(_share, entry / "env.tar", shown / "env.tar")
+        await asyncio.to_thread(share_file, entry / "env.tar", shown / "env.tar")
         return await _run_in_root(
             coord, ["tar", "-xf", str(shown / "env.tar"), "--no-same-owner", "-C", REPO_PATH],
             toolchain=(*toolchain, shown), network=False, env=default_env(toolchain),
@@ -409,16 +409,6 @@ def _lock(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
-
-
-def _share(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        import shutil
-
-        shutil.copyfile(src, dst)
-    os.chmod(dst, 0o644)
 
 
 def _remove(path: Path) -> None:

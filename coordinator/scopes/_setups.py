@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandboxes import REPO_PATH, default_env
+from sandboxes import REPO_PATH, SYSTEM_DIRS, default_env, sandbox_can_read
 
 __all__ = ["KEY_FILES", "Files", "Step", "detect", "registry_dirs", "registry_env", "tool"]
 
@@ -47,8 +47,6 @@ requirements/*.txt, the recipe and the toolchain)."""
 _TEST_NAMES = ("test", "tests", "testing")
 _DEV_NAMES = ("dev",)
 # Directories every command sees anyway (sandboxes/_exec.py shows them read-only).
-_SHOWN = tuple(Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                 "/libx32", "/etc"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +91,7 @@ def tool(name: str, toolchain: Sequence[Path]) -> Path | None:
     if found is None:
         return None
     real = Path(found).resolve()
-    shown = (*_SHOWN, *(Path(t).resolve() for t in toolchain))
+    shown = (*SYSTEM_DIRS, *(Path(t).resolve() for t in toolchain))
     return real if any(real.is_relative_to(s) for s in shown) else None
 
 
@@ -344,20 +342,9 @@ def registry_dirs(env: dict[str, str]) -> list[Path]:
             elif path.name == "simple":  # a local index links to ../../files
                 path = path.parent
             path = path.resolve()
-            if any(path.is_relative_to(s) for s in _SHOWN) or path in out:
+            if any(path.is_relative_to(s) for s in SYSTEM_DIRS) or path in out:
                 continue
-            if _others_can_read(path):
+            if sandbox_can_read(path):
                 out.append(path)
     return out
 
-
-def _others_can_read(path: Path) -> bool:
-    """Whether the sandbox user (not the coordinator's) can read `path`: as root the
-    coordinator runs commands as a uid of their own."""
-    if os.geteuid() != 0:
-        return os.access(path, os.R_OK | os.X_OK)
-    try:
-        modes = [p.stat().st_mode for p in (path, *path.parents)]
-    except OSError:
-        return False
-    return all(m & 0o001 for m in modes) and bool(modes[0] & 0o004)
