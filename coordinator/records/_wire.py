@@ -242,12 +242,8 @@ class RewindRequest(_Request):
     """Effects to go back along the branch, at least 1 (give `to` or `steps`, not
     both). Below 1 is a 400 RewindError, as `Scope.rewind` raises."""
     cause: Cause
-
-    @model_validator(mode="after")
-    def _one_target(self) -> RewindRequest:
-        if (self.to is None) == (self.steps is None):
-            raise ValueError("give exactly one of `to` or `steps`")
-        return self
+    # Neither or both of `to` and `steps`: the 400 RewindError of the one check
+    # (`scopes._history.check_rewind`), as in Python, not a schema error of its own.
 
 
 class MergeRequest(_Request):

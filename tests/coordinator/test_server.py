@@ -392,3 +392,13 @@ async def test_log_entries_and_graph_nodes_carry_the_commit_time(tmp_path, sampl
         graph = await c.request("GET", "/v1/graph")
         by_commit = {n["commit"]: n["time"] for n in graph["nodes"]}
         assert [by_commit[e.commit] for e in entries if e.effect] == times
+
+
+async def test_a_rewind_with_both_or_neither_target_is_the_one_checks_400(tmp_path, sample_repo):
+    """The route does not check the arguments itself: Scope.rewind's one check answers,
+    the same RewindError (400) a Python caller gets."""
+    async with serve(tmp_path / "state", sample_repo) as srv:
+        await srv.client.fork("root", "a")
+        for body in ({}, {"to": "0" * 40, "steps": 1}):
+            with pytest.raises(RewindError, match="give exactly one of `to` or `steps`"):
+                await srv.client.request("POST", "/v1/scopes/a/rewind", json_body=body)
