@@ -32,9 +32,10 @@ from sandboxes import Backend, Change, SandboxError, Workspace, apply_changes
 
 from ..policies._chain import Policy, PolicyChain
 from ..policies._settings import Settings, read_settings, reconcile, record_settings, settings_chain
-from ..records._effects import Effect
+from ..records._effects import Effect, MergeStrategy
 from ..records._errors import SandboxFailure, StateError
 from ..records._events import EventBus
+from ..records._merges import TeamMerge
 from ..scopes._environment import Environment, PreparedEnvironment
 from ..scopes._environment import prepare as prepare_environment
 from ..scopes._environment import restore as restore_environment
@@ -46,6 +47,7 @@ from ..scopes._runtime import Runtime, Settled
 from ..scopes._scope import Scope
 from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
+from ._team_merge import MergeOrder, merge_team
 
 __all__ = ["Coordinator"]
 
@@ -357,3 +359,13 @@ class Coordinator:
     async def io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking work (git, files, mounts) on the coordinator's threads."""
         return await self.runtime.io(fn, *args, **kwargs)
+
+    async def merge_team(self, into: Scope | str, members: Sequence[Scope | str], *,
+                         order: MergeOrder = "given", strategy: MergeStrategy = "fail",
+                         dry_run: bool = False, cause: str | None = None) -> TeamMerge:
+        """Merge the members' branches into `into` one after another (scopes or names):
+        `control.merge_team`, whose docstring has the order, the stop and the cost.
+        Raises UnknownScope for a name that is no live scope, before anything merges."""
+        scopes = [self.scope(s) if isinstance(s, str) else s for s in (into, *members)]
+        return await merge_team(scopes[0], scopes[1:], order=order, strategy=strategy,
+                                dry_run=dry_run, cause=cause)
