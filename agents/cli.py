@@ -41,6 +41,14 @@ __all__ = ["app", "register"]
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
 
+MergeOrderOpt = Annotated[Literal["given", "fewest-conflicts"], typer.Option(
+    help="The order the agents' branches merge into the result: fewest-conflicts (each "
+    "step the agent whose merge conflicts least, by dry runs) or given (the --task "
+    "order). A conflict stops the merging; later agents are left unmerged.")]
+ResumeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
+    "--base-url may change).", metavar="RUN_ID")]
+
 
 def register(root: typer.Typer) -> None:
     """Add the agents' commands to the `corral` app (the `corral.commands` entry point)."""
@@ -122,14 +130,8 @@ def run_cmd(
         "--squash/--history", help="Leave one commit per agent plus their merge (the "
         "default; --squash is accepted for old scripts), or with --history the trace's "
         "history (one commit per effect).")] = True,
-    merge_order: Annotated[Literal["given", "fewest-conflicts"], typer.Option(
-        help="The order the agents' branches merge into the result: fewest-conflicts "
-        "(each step the agent whose merge conflicts least, by dry runs) or given (the "
-        "--task order). A conflict stops the merging; later agents are left unmerged.",
-    )] = "fewest-conflicts",
-    resume: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
-        "--base-url may change).", metavar="RUN_ID")] = None,
+    merge_order: MergeOrderOpt = "fewest-conflicts",
+    resume: ResumeOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
     agent: Annotated[str, typer.Option(
