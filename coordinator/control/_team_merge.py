@@ -126,9 +126,8 @@ class _Fold:
 
     async def merge(self, member: Scope) -> MergeResult:
         result = await self.into.merge(member, strategy=self.strategy, cause=self.cause)
-        if result.commit is None:
-            return MergeResult(result.base, None, result.conflicts, result.changes)
-        self.merged.append(member.name)
+        if result.tree is not None:  # None: a conflict, or the chain blocked the merge
+            self.merged.append(member.name)
         return result
 
     async def tree(self) -> str:

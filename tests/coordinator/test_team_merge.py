@@ -133,7 +133,6 @@ async def _team_against_git(team: list[Change], root_change: Change, tmp: Path) 
         event(f"fewest-conflicts merged {len(picked.merges) - len(dry.merges):+} vs given")
         assert (done.order, done.stopped, done.tree) == (dry.order, dry.stopped, dry.tree)
         assert coord.trace.commit_tree(coord.root.head) == done.tree
-        assert len(picked.merges) >= len(dry.merges) or picked.stopped is not None
 
 
 @pytest.mark.slow
