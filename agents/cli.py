@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, Optional
 
 import typer
 
@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 __all__ = ["app", "register"]
 
 app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+
+MergeOrderOpt = Annotated[Literal["given", "fewest-conflicts"], typer.Option(
+    help="The order the agents' branches merge into the result: fewest-conflicts (each "
+    "step the agent whose merge conflicts least, by dry runs) or given (the --task "
+    "order). A conflict stops the merging; later agents are left unmerged.")]
+ResumeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
+    "--base-url may change).", metavar="RUN_ID")]
 
 
 def register(root: typer.Typer) -> None:
@@ -122,9 +130,8 @@ def run_cmd(
         "--squash/--history", help="Leave one commit per agent plus their merge (the "
         "default; --squash is accepted for old scripts), or with --history the trace's "
         "history (one commit per effect).")] = True,
-    resume: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
-        "--base-url may change).", metavar="RUN_ID")] = None,
+    merge_order: MergeOrderOpt = "fewest-conflicts",
+    resume: ResumeOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
     agent: Annotated[str, typer.Option(
@@ -153,7 +160,7 @@ def run_cmd(
             max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost,
             run_max_tokens=run_max_tokens, run_max_cost=run_max_cost, prices=prices,
             retries=retries, backend=backend, squash=squash, agent=agent,
-            run_id=new_run_id())
+            merge_order=merge_order, run_id=new_run_id())
     options["environment"] = environment_of(setup, toolchain, no_setup)
     try:
         report = asyncio.run(run_with_progress(out, repo, task, **options))

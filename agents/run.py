@@ -3,7 +3,8 @@
 The run imports the user's repository at HEAD into a coordinator state directory (by
 default inside the repository's git directory, `.git/corral/runs/<run-id>`, so the working
 tree is never touched), forks one scope per task from root, runs the agents concurrently,
-merges the branches of the agents that finished into root, and pushes the result into the
+merges the branches of the agents that finished into root (one after another, fewest
+conflicts first or in the order given: `Coordinator.merge_team`), and pushes the result into the
 user's repository as the branch `corral/<run-id>`: one commit per merged agent plus their
 merge (see `_branches`), or the trace's history with `squash=False`. Whatever happened
 stays in the trace, also when a model call fails, and `run.json` beside it records the
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator import Coordinator, CorralError, Environment, Event, Settings
+from coordinator import Coordinator, CorralError, Environment, Event, MergeOrder, Settings
 
 from ._branches import export_agent, export_run
 from ._model_effects import ModelCaller
@@ -83,6 +84,7 @@ class _Plan:
     retries: int
     squash: bool
     resume: bool
+    merge_order: MergeOrder = "fewest-conflicts"
 
 
 async def run_tasks(
@@ -110,6 +112,7 @@ async def run_tasks(
     resume: bool = False,
     environment: Environment | None = None,
     say: Callable[[str], None] | None = None,
+    merge_order: MergeOrder = "fewest-conflicts",
 ) -> RunReport:
     """Run one coding agent per task and leave the merged result as `corral/<run-id>`
     (one commit per merged agent plus their merge with `squash`, else the trace's
@@ -121,7 +124,11 @@ async def run_tasks(
     `run_max_tokens` and `run_max_cost` for all agents together, priced from `prices`
     (a JSON file, see `_prices`) over the built-in table. When `stop` is set the agents
     stop at their next step and the run ends partial; `resume` continues run `run_id`
-    (in `state`) instead of starting one. Returns the report (agents' results, merges,
+    (in `state`) instead of starting one. The finished agents' branches merge into root
+    one after another (`Coordinator.merge_team`), in the order `merge_order` says:
+    "fewest-conflicts" (each step the agent whose merge conflicts least) or "given" (the
+    tasks' order); a conflict stops the merging, and the agents after it are "not
+    merged" (their work is left as their branch). Returns the report (agents' results, merges,
     exports, spending, errors). Raises ModelError for a missing API key, ValueError for
     a bad model, supervisor, agent spec or prices file, CorralError for a bad
     repository or a run that cannot be resumed.
@@ -146,10 +153,10 @@ async def run_tasks(
         agent=agent, max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost,
         run_max_tokens=run_max_tokens, run_max_cost=run_max_cost,
         prices=str(Path(prices).resolve()) if prices is not None else None,
-        retries=retries, backend=backend, squash=squash)
+        retries=retries, backend=backend, squash=squash, merge_order=merge_order)
     names = [f"agent-{i}" for i in range(1, len(tasks) + 1)]
     plan = _Plan(repo, run_id, tuple(zip(names, tasks, strict=True)), tuple(specs), agent_fn,
-                 table, max_steps, max_tokens, retries, squash, resume)
+                 table, max_steps, max_tokens, retries, squash, resume, merge_order)
     return await _run(plan, record, state_dir, notes, provider=provider,
                       environment=environment, progress=progress, stop=stop, say=say)
 
@@ -288,8 +295,7 @@ async def _run_agents(coord: Coordinator, plan: _Plan, report: RunReport,
         report.costs[w.name] = price.cost(s.prompt, s.cached, s.completion) if price else 0.0
     interrupted = stop is not None and stop.is_set()
     report.status = "partial" if interrupted else "finished" if report.ok else "failed"
-    for w in workers:
-        report.merges.append(await _merge(coord, w, results[w.name]))
+    report.merges = await _merge(coord, workers, results, plan.merge_order, report)
     if report.status == "finished" and not report.ok:
         report.status = "failed"  # a merge conflicted
     await coord.checkpoint()  # git push reads the repository on disk
@@ -457,21 +463,37 @@ async def _drive(
     return results
 
 
-async def _merge(coord: Coordinator, w: CodingAgent | _External,
-                 result: AgentResult) -> MergeSummary:
-    # An agent stopped by a budget (or an interrupt) keeps its work: it merges too.
-    if result.status not in ("finished", "stopped", "token_limit"):
-        return MergeSummary(w.name, "skipped")
-    if not result.patch:
-        return MergeSummary(w.name, "empty")
+async def _merge(coord: Coordinator, workers: Sequence[CodingAgent | _External],
+                 results: dict[str, AgentResult], order: MergeOrder,
+                 report: RunReport) -> list[MergeSummary]:
+    """Merge the agents' work into root in `order` (`report.merge_order` says the order
+    used): one summary per agent, in team order."""
+    done: dict[str, MergeSummary] = {}
+    members = []
     root = coord.root
-    if await coord.io(coord.trace.merge_base, root.head, w.scope.head) == w.scope.head:
-        # merged before a resume, nothing new since
-        return MergeSummary(w.name, "merged", commit=root.head)
+    for w in workers:
+        result = results[w.name]
+        # An agent stopped by a budget (or an interrupt) keeps its work: it merges too.
+        if result.status not in ("finished", "stopped", "token_limit"):
+            done[w.name] = MergeSummary(w.name, "skipped")
+        elif not result.patch:
+            done[w.name] = MergeSummary(w.name, "empty")
+        elif await coord.io(coord.trace.merge_base, root.head, w.scope.head) == w.scope.head:
+            # merged before a resume, nothing new since
+            done[w.name] = MergeSummary(w.name, "merged", commit=root.head)
+        else:
+            members.append(w.scope)
+    report.merge_order = (order, [m.name for m in members])
     try:
-        merged = await root.merge(w.scope)
+        team = await coord.merge_team(root, members, order=order)
     except CorralError as e:
-        return MergeSummary(w.name, f"error: {e}")
-    if merged.commit is None:
-        return MergeSummary(w.name, "conflict", tuple(c.path for c in merged.conflicts))
-    return MergeSummary(w.name, "merged", commit=merged.commit)
+        done.update((m.name, MergeSummary(m.name, f"error: {e}")) for m in members)
+    else:
+        report.merge_order = (order, list(team.order))
+        done.update((n, MergeSummary(n, "merged", commit=m.commit))
+                    for n, m in zip(team.merged, team.merges, strict=True))
+        if team.stopped is not None and team.conflict is not None:
+            done[team.stopped] = MergeSummary(team.stopped, "conflict",
+                                              tuple(c.path for c in team.conflict.conflicts))
+        done.update((n, MergeSummary(n, "not merged")) for n in team.unmerged[1:])
+    return [done[w.name] for w in workers]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator import PreparedEnvironment
+from coordinator import MergeOrder, PreparedEnvironment
 
 from ._prices import Spent
 from .protocol import AgentResult
@@ -32,7 +32,8 @@ INTERRUPTED = "interrupted"
 class MergeSummary:
     agent: str
     outcome: str
-    """merged, conflict, skipped (not finished) or empty (no changes)."""
+    """merged, conflict, not merged (after an earlier agent's conflict stopped the
+    merging), skipped (not finished) or empty (no changes)."""
     conflicts: tuple[str, ...] = ()
     commit: str | None = None
 
@@ -65,6 +66,9 @@ class RunReport:
     """Per agent, USD at the prices of the run's price table."""
     resume: str | None = None
     """The command that continues a partial (or failed) run."""
+    merge_order: tuple[MergeOrder, list[str]] = ("fewest-conflicts", [])
+    """The rule the merges followed and the agents in the order it merged (or tried)
+    them; agents skipped, empty or merged before a resume are not in it."""
 
     @property
     def ok(self) -> bool:
@@ -91,6 +95,7 @@ class RunReport:
                 {"agent": m.agent, "outcome": m.outcome, "conflicts": list(m.conflicts),
                  "commit": m.commit} for m in self.merges
             ],
+            "merge_order": {"rule": self.merge_order[0], "agents": self.merge_order[1]},
             "total": {"tokens": total.tokens, "prompt_tokens": total.prompt,
                       "cached_tokens": total.cached, "completion_tokens": total.completion,
                       "effects": total.effects,

@@ -155,6 +155,9 @@ def _caption(report: RunReport) -> str:
     where = f"branch {report.branch} at {report.commit[:12]}" if report.commit else "no branch"
     if report.partial and report.commit:
         where += " (partial)"
+    rule, order = report.merge_order
+    if len(order) > 1:
+        where += f"; merged in order {', '.join(order)} ({rule})"
     if report.exports:
         where += "; not merged: " + ", ".join(report.exports.values())
     acts = f"; supervisor: {len(report.supervisor_actions)} actions" if (

@@ -95,6 +95,8 @@ class RunRecord(BaseModel):
     retries: int = 4
     backend: str | None = None
     squash: bool = True
+    merge_order: Literal["given", "fewest-conflicts"] = "fewest-conflicts"
+    """How the agents' branches merge into root (`Coordinator.merge_team`)."""
     resumed: int = 0
     """How many times `--resume` continued the run."""
     branch: str | None = None

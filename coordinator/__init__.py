@@ -6,6 +6,8 @@ What a user of the library needs is here (every name in `__all__`, sorted):
   write, patch, delete, exec, send, rewind, merge, discard; `perform` and
   `record` for effects of your own, with `Act`, `ActInput`, `Refused`,
   `TreeChanges`), `Result`, `MergeResult` (`Conflict`, `Hunk`, `Resolver`),
+  `TeamMerge` (what `Coordinator.merge_team` did: N branches in sequence, in a
+  `MergeOrder`),
   `Trace` and `TraceEntry`, `JournalBounds` (how much the journal may hold
   between checkpoints), the event bus (`Event`, `EventBus`, `Subscription`);
 - the effect records (`Effect`, its intents and outcomes, `Decision`);
@@ -35,6 +37,7 @@ actions), `server` (HTTP). See docs/architecture.md.
 
 from .control._coordinator import Coordinator
 from .control._cut import Cut, MemberCut
+from .control._team_merge import MergeOrder
 from .policies._chain import (
     ABSTAINED,
     Policy,
@@ -100,6 +103,7 @@ from .records._errors import (
     UnknownScope,
 )
 from .records._events import Event, EventBus, Subscription
+from .records._merges import TeamMerge
 from .scopes._effect_path import Act, ActInput, Refused, Result
 from .scopes._environment import Environment, PreparedEnvironment, SetupFailed
 from .scopes._scope import Scope
@@ -141,6 +145,7 @@ __all__ = [
     "Intent",
     "JournalBounds",
     "MergeError",
+    "MergeOrder",
     "MergeOutcome",
     "MergeResult",
     "MergeStrategy",
@@ -175,6 +180,7 @@ __all__ = [
     "Status",
     "Subscription",
     "SupervisorAction",
+    "TeamMerge",
     "ToolCall",
     "ToolOutcome",
     "Trace",

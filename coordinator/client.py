@@ -43,6 +43,7 @@ from .records._wire import (
     ResultOut,
     ScopeOut,
     ScopesOut,
+    TeamMergeResponse,
     TraceEntryOut,
     WriteRequest,
     b64,
@@ -272,6 +273,15 @@ class CorralClient:
         return await self._call(MergeResponse, "POST", self._s(scope) + "/merge",
                                 {"other": other, "strategy": strategy, "dry_run": dry_run,
                                  "cause": cause})
+
+    async def merge_team(self, scope: str, members: Sequence[str], *,
+                         order: Literal["given", "fewest-conflicts"] = "given",
+                         strategy: Literal["fail", "ours", "theirs", "union"] = "fail",
+                         dry_run: bool = False, cause: str | None = None) -> TeamMergeResponse:
+        """Merge `members` into `scope` one after another (`Coordinator.merge_team`)."""
+        return await self._call(TeamMergeResponse, "POST", self._s(scope) + "/merge-team",
+                                {"members": list(members), "order": order,
+                                 "strategy": strategy, "dry_run": dry_run, "cause": cause})
 
     async def discard(self, scope: str, *, cause: str | None = None) -> ResultOut:
         return await self._call(ResultOut, "POST", self._s(scope) + "/discard", {"cause": cause})

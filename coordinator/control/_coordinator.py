@@ -33,9 +33,10 @@ from sandboxes import Backend, Change, SandboxError, Workspace, apply_changes
 
 from ..policies._chain import Policy, PolicyChain
 from ..policies._settings import Settings, read_settings, reconcile, record_settings, settings_chain
-from ..records._effects import Effect
+from ..records._effects import Effect, MergeStrategy
 from ..records._errors import SandboxFailure, StateError
 from ..records._events import EventBus
+from ..records._merges import TeamMerge
 from ..scopes._environment import Environment, PreparedEnvironment
 from ..scopes._environment import prepare as prepare_environment
 from ..scopes._environment import restore as restore_environment
@@ -48,6 +49,7 @@ from ..scopes._scope import Scope
 from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 from ._cut import Cut, cut_names, fork_team, new_cut_name, read_cut, rewind_team, take_cut
+from ._team_merge import MergeOrder, merge_team
 
 __all__ = ["Coordinator"]
 
@@ -409,3 +411,12 @@ class Coordinator:
         """Put settings with `changes` in force from now on, in memory only (not
         recorded): a harness's per-task toolchain. See `settings_changed`."""
         self.runtime.with_settings(**changes)
+    async def merge_team(self, into: Scope | str, members: Sequence[Scope | str], *,
+                         order: MergeOrder = "given", strategy: MergeStrategy = "fail",
+                         dry_run: bool = False, cause: str | None = None) -> TeamMerge:
+        """Merge the members' branches into `into` one after another (scopes or names):
+        `control.merge_team`, whose docstring has the order, the stop and the cost.
+        Raises UnknownScope for a name that is no live scope, before anything merges."""
+        scopes = [self.scope(s) if isinstance(s, str) else s for s in (into, *members)]
+        return await merge_team(scopes[0], scopes[1:], order=order, strategy=strategy,
+                                dry_run=dry_run, cause=cause)

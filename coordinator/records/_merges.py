@@ -1,5 +1,6 @@
 """What a merge did: the merged tree or the conflicts, as data (the store's `three_way`
-makes them; the API's wire records and the dashboard read them)."""
+makes them; the API's wire records and the dashboard read them); what the merge of a
+team's branches did (`TeamMerge`, made by `coordinator.control`'s `merge_team`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Conflict", "ConflictKind", "Hunk", "MergeResult", "Resolver"]
+__all__ = ["Conflict", "ConflictKind", "Hunk", "MergeResult", "Resolver", "TeamMerge"]
 
 ConflictKind = Literal[
     "content", "modify/delete", "add/add", "file/directory", "binary", "rename/rename",
@@ -67,6 +68,41 @@ class MergeResult:
     @property
     def clean(self) -> bool:
         return not self.conflicts
+
+
+@dataclass(frozen=True, slots=True)
+class TeamMerge:
+    """What the merge of several members' branches into one scope did (or, dry-run, would
+    do), one member after another as `git merge` of each branch in turn would."""
+
+    order: tuple[str, ...]
+    """Every member's scope name, in the order of the fold (picked, with
+    "fewest-conflicts"); members after `stopped` in the order they ranked when it stopped."""
+    merges: tuple[MergeResult, ...]
+    """One per member merged, in the fold's order: they are `order[:len(merges)]`."""
+    tree: str
+    """The tree the scope merged into holds after the fold (dry-run: would hold)."""
+    stopped: str | None = None
+    """The member whose merge conflicted and stopped the fold: nothing of it or of the
+    members after it was merged; None when every member merged."""
+    conflict: MergeResult | None = None
+    """The stopping member's merge that did not merge: its `.conflicts`."""
+    dry_run: bool = False
+
+    @property
+    def clean(self) -> bool:
+        """Whether every member merged."""
+        return self.stopped is None
+
+    @property
+    def merged(self) -> tuple[str, ...]:
+        """The members merged, in order."""
+        return self.order[:len(self.merges)]
+
+    @property
+    def unmerged(self) -> tuple[str, ...]:
+        """The members not merged: `stopped` and the members after it."""
+        return self.order[len(self.merges):]
 
 
 Resolver = Callable[[Conflict, bytes | None, bytes | None, bytes | None], bytes | None]

@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from ._effects import Effect, FileChange, Intent, Message, Verdict
 from ._errors import CorralError
-from ._merges import MergeResult
+from ._merges import MergeResult, TeamMerge
 
 __all__ = [
     "API_VERSION",
@@ -72,6 +72,8 @@ __all__ = [
     "ScopesOut",
     "SendRequest",
     "TakeRequest",
+    "TeamMergeRequest",
+    "TeamMergeResponse",
     "TraceEntryOut",
     "WriteRequest",
     "b64",
@@ -254,6 +256,17 @@ class MergeRequest(_Request):
     cause: Cause
 
 
+class TeamMergeRequest(_Request):
+    members: Annotated[list[ScopeName], Field(max_length=1024)]
+    """The scopes whose branches are merged into this one, one after another."""
+    order: Literal["given", "fewest-conflicts"] = "given"
+    """"given": the members' order; "fewest-conflicts": at each step the member whose dry
+    run conflicts in the fewest paths (ties: the one given first)."""
+    strategy: Literal["fail", "ours", "theirs", "union"] = "fail"
+    dry_run: bool = False
+    cause: Cause
+
+
 class DiscardRequest(_Request):
     cause: Cause
 
@@ -425,6 +438,31 @@ class MergeResponse(_Response):
                 for p, v in sorted(m.changes.items())
             ],
         )
+
+
+class TeamMergeResponse(_Response):
+    ok: bool
+    """True when every member merged (or, for a dry run, would)."""
+    order: list[str]
+    """Every member, in the order of the fold (the order picked, with fewest-conflicts)."""
+    merged: list[str]
+    merges: list[MergeResponse]
+    """One per member merged, in order."""
+    stopped: str | None
+    """The member whose merge conflicted and stopped the fold: it and those after it
+    were not merged."""
+    conflict: MergeResponse | None
+    """The stopping member's merge (its conflicts)."""
+    tree: str
+    """The tree this scope holds after the fold (dry run: would hold)."""
+    dry_run: bool
+
+    @classmethod
+    def of(cls, t: TeamMerge) -> TeamMergeResponse:
+        return cls(ok=t.clean, order=list(t.order), merged=list(t.merged),
+                   merges=[MergeResponse.of(m) for m in t.merges], stopped=t.stopped,
+                   conflict=MergeResponse.of(t.conflict) if t.conflict else None, tree=t.tree,
+                   dry_run=t.dry_run)
 
 
 class TraceEntryOut(_Response):

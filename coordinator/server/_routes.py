@@ -49,6 +49,8 @@ from ..records._wire import (
     ScopesOut,
     SendRequest,
     TakeRequest,
+    TeamMergeRequest,
+    TeamMergeResponse,
     TraceEntryOut,
     WriteRequest,
     b64,
@@ -259,6 +261,17 @@ async def merge(request: web.Request) -> web.Response:
     with hub.timed("scope.merge"):
         m = await scope.merge(other, strategy=req.strategy, dry_run=req.dry_run, cause=req.cause)
     return json_response(MergeResponse.of(m))
+
+
+async def merge_team(request: web.Request) -> web.Response:
+    hub, who, scope = _scope(request)
+    req = await read_body(request, TeamMergeRequest)
+    members = [hub.scope(who, m) for m in req.members]  # each one the token may act on
+    with hub.timed("scope.merge_team"):
+        t = await hub.coordinator.merge_team(scope, members, order=req.order,
+                                             strategy=req.strategy, dry_run=req.dry_run,
+                                             cause=req.cause)
+    return json_response(TeamMergeResponse.of(t))
 
 
 async def discard(request: web.Request) -> web.Response:
@@ -496,6 +509,10 @@ ROUTES: tuple[Route, ...] = (
           body=RewindRequest, response=ResultOut),
     Route("POST", _S + "/merge", merge, "Merge another scope into this one (or dry-run)",
           body=MergeRequest, response=MergeResponse),
+    Route("POST", _S + "/merge-team", merge_team,
+          "Merge several scopes into this one in sequence, as git merges them one after "
+          "another, in the order given or fewest conflicts first (or dry-run); a conflict "
+          "stops the fold", body=TeamMergeRequest, response=TeamMergeResponse),
     Route("POST", _S + "/discard", discard, "Archive the scope and release its workspace",
           body=DiscardRequest, response=ResultOut),
     Route("POST", _S + "/send", send, "Send a message to another scope's inbox",
