@@ -93,12 +93,15 @@ def test_warm_off_runs_every_command_cold(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_background_process_dies_with_its_command(ws: Workspace) -> None:
     """What a command leaves running (a `&` job, a setsid daemon) is killed when it
-    exits: the next command of the same sandbox sees neither."""
-    r = sh(ws, "sleep 300 & setsid sleep 301 & echo started")
+    exits: the next command of the same sandbox sees neither, and the host finds
+    neither left (by its exact command line: sandboxes of tests running beside this
+    one have processes of their own)."""
+    r = sh(ws, "sleep 3071 & setsid sleep 3072 & echo started")
     assert r.returncode == 0 and r.stdout == b"started\n"
     seen = sh(ws, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout.decode()
-    assert "sleep 300" not in seen and "sleep 301" not in seen
-    assert not any("sleep" in _cmdline(p) for p in _sandbox_processes())
+    assert "sleep 3071" not in seen and "sleep 3072" not in seen
+    left = [_cmdline(p) for p in _sandbox_processes()]
+    assert not any(c.strip() in ("sleep 3071", "sleep 3072") for c in left), left
 
 
 def _cmdline(pid: int) -> str:
