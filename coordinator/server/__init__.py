@@ -8,7 +8,7 @@ mapped to HTTP statuses here (`STATUS`), not in the error classes.
 
 from ._app import EXTENSION_GROUP, STATUS, is_loopback, make_app, request_scope, run_server
 from ._hub import API_ROUTES, ServerConfig
-from ._openapi import Query, Route
+from ._openapi import Query, Route, openapi
 
 __all__ = [
     "API_ROUTES",
@@ -19,6 +19,7 @@ __all__ = [
     "ServerConfig",
     "is_loopback",
     "make_app",
+    "openapi",
     "request_scope",
     "run_server",
 ]

@@ -20,8 +20,7 @@ PAGE = "api/http.md"
 
 def openapi_document() -> dict[str, Any]:
     """The document `corral serve` serves, extensions (the MCP route) included."""
-    from coordinator.server import API_ROUTES, ServerConfig, make_app
-    from coordinator.server._openapi import openapi
+    from coordinator.server import API_ROUTES, ServerConfig, make_app, openapi
 
     with tempfile.TemporaryDirectory() as state:
         app = make_app(ServerConfig(Path(state)))
