@@ -31,11 +31,13 @@ worker only while holding that worker's step lock (between its steps).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from coordinator import (
     Coordinator,
+    CorralError,
     Effect,
     Result,
     Scope,
@@ -62,6 +64,9 @@ when it helps the team finish all tasks with a clean merge:
 it when two workers need to change the same code);
 - rewind: take a worker back to before its step k (files and conversation);
 - restart: discard a worker's work and start it over;
+- mark_team: record the whole team's state now (a consistent cut), to come back to;
+- rewind_team: take every worker back to a marked state at once (files, messages and \
+conversations), when the team as a whole went the wrong way;
 - noop: do nothing (the usual answer)."""
 
 _S = {"type": "string"}
@@ -81,6 +86,10 @@ SUPERVISOR_TOOLS: tuple[ToolSpec, ...] = (
           {"worker": _S, "step": {"type": "integer"}}, ["worker", "step"]),
     _spec("restart", "Discard a worker's work and start it over.", {"worker": _S},
           ["worker"]),
+    _spec("mark_team", "Record the whole team's state now (a consistent cut) under `name`.",
+          {"name": _S}, ["name"]),
+    _spec("rewind_team", "Take every worker back to the team state marked `name`.",
+          {"name": _S, "reason": _S}, ["name"]),
     _spec("noop", "Do nothing.", {"reason": _S}, []),
 )
 
@@ -202,7 +211,7 @@ class LLMSupervisor:
         return r.effect
 
     async def _decide(
-        self, action: Action, target: str, detail: dict[str, Any], cause: str,
+        self, action: Action, target: str, detail: dict[str, Any], cause: str | None,
         about: Effect | None,
     ) -> Effect | None:
         """Record a decision on the supervisor's own scope (a noop)."""
@@ -226,6 +235,12 @@ class LLMSupervisor:
                                              cause=cause, about=about)
                 case "restart":
                     return await self.restart(str(args["worker"]), cause=cause, about=about)
+                case "mark_team":
+                    return await self.mark_team(str(args["name"]), cause=cause, about=about)
+                case "rewind_team":
+                    return await self.rewind_team(str(args["name"]),
+                                                  str(args.get("reason", "")), cause=cause,
+                                                  about=about)
                 case "noop":
                     await self._decide("noop", "*", {"reason": str(args.get("reason", ""))},
                                        cause, about)
@@ -284,6 +299,37 @@ class LLMSupervisor:
             w.stopped = None
         self.revive.add(worker)
         return f"{worker} rewound to before step {step}"
+
+    async def mark_team(self, name: str, *, cause: str | None = None,
+                        about: Effect | None = None) -> str:
+        """Record a consistent cut of every worker as `name` (`Coordinator.cut`): a team
+        state `rewind_team` can bring them all back to."""
+        # Recorded as a noop (it changes no worker) naming the mark: the trace's control
+        # actions are the ones of format 1.
+        await self._decide("noop", "*", {"mark_team": name}, cause, about)
+        try:
+            cut = await self.coord.cut([w.scope for w in self.workers.values()], name=name)
+        except CorralError as e:
+            return f"error: {e}"
+        return f"team state {cut.name} marked ({len(cut.members)} workers)"
+
+    async def rewind_team(self, name: str, reason: str = "", *, cause: str | None = None,
+                          about: Effect | None = None) -> str:
+        """Take every worker back to the cut `name` together (`Coordinator.rewind_team`):
+        no worker steps while it happens; each gets a decision caused by `cut:<name>`."""
+        await self._decide("rewind", "*", {"cut": name, "reason": reason}, cause, about)
+        workers = sorted(self.workers.values(), key=lambda w: w.name)
+        async with contextlib.AsyncExitStack() as held:
+            for w in workers:  # no worker is in the middle of a step
+                await held.enter_async_context(w.lock)
+            try:
+                await self.coord.rewind_team(name, reason=reason)
+            except CorralError as e:
+                return f"error: {e}"
+            for w in workers:
+                w.stopped = None
+        self.revive.update(w.name for w in workers)
+        return f"every worker back at team state {name}"
 
     async def restart(self, worker: str, *, cause: str | None = None,
                       about: Effect | None = None) -> str:

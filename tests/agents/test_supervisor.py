@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -117,4 +118,49 @@ async def test_inject_rewind_and_restart_are_effects(
             archived = coord.trace.refs("refs/corral/archive/w-")
             assert archived
     for p in (pw, ps):
+        await p.aclose()
+
+
+async def test_the_team_is_marked_and_rewound_together(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """mark_team records a consistent cut of every worker; rewind_team takes them all
+    back to it at once: files, inboxes and conversations (each worker's next request is
+    the one it made at the mark)."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    for name in ("w1", "w2"):
+        server.script(name, by_step([call("write_file", path=f"{name}-a.txt", content="a\n"),
+                                     call("write_file", path=f"{name}-b.txt", content="b\n"),
+                                     call("finish", summary="ok")]))
+    server.script("sup", [Reply("unused")])
+    providers = [OpenAIProvider(n, base_url=server.base_url) for n in ("w1", "w2", "sup")]
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        w1, w2 = [CodingAgent(coord, await coord.root.fork(n), ModelCaller(coord, p), "t",
+                              max_steps=1) for n, p in zip(("w1", "w2"), providers[:2],
+                                                            strict=True)]
+        async with LLMSupervisor(coord, ModelCaller(coord, providers[2]), [w1, w2]) as sup:
+            await w1.run(), await w2.run()  # one step each: a.txt written
+            assert await sup.mark_team("t0") == "team state t0 marked (2 workers)"
+            at_mark = {w.name: w.scope.head for w in (w1, w2)}
+            for w in (w1, w2):
+                w.limits = dataclasses.replace(w.limits, max_steps=5)
+                assert (await w.run()).status == "finished"
+            assert (w1.scope.path / "w1-b.txt").exists()
+            before = len(server.requests)
+            assert await sup.rewind_team("t0", "try again") == "every worker back at team state t0"
+            for w in (w1, w2):
+                assert not (w.scope.path / f"{w.name}-b.txt").exists()
+                assert (w.scope.path / f"{w.name}-a.txt").exists()
+                assert coord.trace.commit_tree(w.scope.head) == coord.trace.commit_tree(
+                    at_mark[w.name])
+            assert sup.revive == {"w1", "w2"}
+            assert (await w1.run()).status == "finished"
+            redo = [r.json()["messages"] for r in server.requests[before:] if r.model == "w1"]
+            first = [r.json()["messages"] for r in server.requests if r.model == "w1"]
+            assert redo[0] == first[1]  # the conversation as it was at the mark
+            assert await sup.rewind_team("nope") == "error: no cut named 'nope'"
+            details = [e.intent.detail for e in sup.actions]  # type: ignore[union-attr]
+            assert {"mark_team": "t0"} in details and {"cut": "t0", "reason": "try again"} in \
+                details
+    for p in providers:
         await p.aclose()
