@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import statistics
 import subprocess
 import tempfile
@@ -90,13 +91,17 @@ async def run_async(scopes: int = 64, team: int = 8, history: Sequence[int] = (1
     if scopes < 1 or team < 1 or team > scopes or runs < 1:
         raise ValueError("need 1 <= team <= scopes and runs >= 1")
     rows = []
+    before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="corral-bench-team-") as tmp:
         root = Path(tmp)
         _repo(root)
         for h in history:
             rows.append(await _one(root, scopes, team, h, runs, backend))
-    return {"machine": {"cores": os.cpu_count(), "load": [round(x, 2) for x in
-                                                          os.getloadavg()]},
+    return {"machine": {"cores": os.cpu_count(), "kernel": platform.release(),
+                        "python": platform.python_version(),
+                        "backend": rows[0]["backend"] if rows else backend,
+                        "load_before": before,
+                        "load_after": [round(x, 2) for x in os.getloadavg()]},
             "targets": {"cut_p50_ms": CUT_TARGET_MS, "fork_team_p50_ms": FORK_TEAM_TARGET_MS},
             "rows": rows}
 
