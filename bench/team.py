@@ -62,6 +62,9 @@ async def _one(root: Path, scopes: int, team: int, history: int, runs: int,
                 (s.write(f"{s.name}.txt", f"{step}\n".encode()) if step % 2 == 0 else
                  s.send(names[(i + 1) % scopes], f"step {step}"))
                 for i, s in enumerate(members)))
+            if step % 2 == 1:  # as agents do at each step: the inboxes stay short
+                for s in members:
+                    s.take_messages()
         await coord.checkpoint()
         cuts, forks = [], []
         for r in range(runs):

@@ -84,9 +84,6 @@ async def take_cut(rt: Runtime[Scope], scopes: Sequence[Scope], name: str) -> Cu
     """Cut `scopes` (live ones) at one moment and record the cut as `name`. Raises
     ScopeExists when a cut of that name exists, PathError for a bad name."""
     _check_name(name)
-    ref = CUT_PREFIX + name
-    if await rt.io(rt.trace.ref, ref) is not None:
-        raise ScopeExists(f"a cut named {name!r} exists ({ref})")
     async with rt.quiesced():  # no await below: one state of the whole coordinator
         members = tuple(
             MemberCut(s.name, s.head, tuple(s.inbox),
@@ -98,6 +95,9 @@ async def take_cut(rt: Runtime[Scope], scopes: Sequence[Scope], name: str) -> Cu
 
 
 def _record(trace: Trace, name: str, taken: float, members: tuple[MemberCut, ...]) -> str:
+    ref = CUT_PREFIX + name
+    if trace.ref(ref) is not None:  # checked here, in the one thread hop of the cut
+        raise ScopeExists(f"a cut named {name!r} exists ({ref})")
     body = {"name": name, "time": taken, "members": [
         {"scope": m.scope, "head": m.head, "pending": list(m.pending),
          "inbox": [msg.model_dump(mode="json") for msg in m.inbox]} for m in members]}
@@ -106,7 +106,7 @@ def _record(trace: Trace, name: str, taken: float, members: tuple[MemberCut, ...
     parents = list(dict.fromkeys(m.head for m in members))
     summary = ", ".join(f"{m.scope}@{m.head[:12]}" for m in members)
     commit = trace.write_commit(tree, parents, f"corral cut {name}: {summary}\n")
-    trace.set_ref(CUT_PREFIX + name, commit)
+    trace.set_ref(ref, commit)
     return commit
 
 
