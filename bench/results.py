@@ -121,6 +121,9 @@ def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             if key in ("machine", "provenance"):
                 continue
             yield from _leaves(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list):  # rows of a table: each by its index
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{prefix}[{i}]")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         yield prefix, value
 
