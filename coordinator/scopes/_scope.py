@@ -499,10 +499,16 @@ class Scope:
         async with self.effect_path.lock:
             self._check_live()
             head = self.head
-            if at is not None:
-                at = str((await rt.io(trace.commit, at)).id)
-                if not await rt.io(trace.is_ancestor, at, head):
-                    raise RewindError(f"{at[:12]} is not in the history of scope {self.name!r}")
+            if at is not None and at != head:  # the head itself needs no lookup
+                def resolve(rev: str) -> tuple[str, bool]:
+                    found = str(trace.commit(rev).id)
+                    return found, trace.is_ancestor(found, head)
+
+                found, inside = await rt.io(resolve, at)
+                if not inside:
+                    raise RewindError(
+                        f"{found[:12]} is not in the history of scope {self.name!r}")
+                at = found
             with rt.metrics.timed("fork"):
                 start = at or head
                 intent = ScopeFork(child=name, parent=self.name, at=start, backend=rt.backend)
