@@ -207,7 +207,8 @@ def census_table(rows: list[CensusRow], keys: list[str], size: int
     cols = ["groups" if size > 2 else "pairs", "conflict", "clean",
             *(f"at step {k}" for k in steps), "a patch failed", "error",
             "union clean (of conflicts)", *(["with a conflicting pair"] if size > 2 else [])]
-    what = "pairs" if size == 2 else f"groups of {size}"
+    sizes = sorted({len(r.group) for r in rows} or {size})
+    what = "pairs" if sizes == [2] else "groups of " + " and ".join(map(str, sizes))
     table = Table("task", *cols, title=f"Plain git merge (folded) of gold {what}")
     totals = dict.fromkeys(cols, 0)
     for key in keys:

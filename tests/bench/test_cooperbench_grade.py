@@ -187,3 +187,48 @@ def test_a_clean_merge_can_break_a_test(repo: Path, lab: Any) -> None:
     assert "test_sub - assert 3 == 2" in g.features[0].output_tail
 
 
+
+
+def _add_doc(repo: Path) -> str:
+    return calc_diff(repo, {"calc.py": BASE["calc.py"].replace(
+        "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')})
+
+
+@pytest.mark.slow
+def test_a_group_folds_and_each_feature_is_tested(repo: Path, lab: Any) -> None:
+    """Three agents: mul before add, add's docstring, div at the end merge clean (agent 1
+    into agent 2, then agent 3); each feature's tests run on the merged code."""
+    mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2"),
+             3: calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                             + "\n\ndef test_doc():\n    from calc import add\n\n"
+                               "    assert add.__doc__ == 'Sum.'\n"})}
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (mul, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.apply) == ("clean", None, ("applied",) * 3)
+    assert g.passed and [f.id for f in g.features] == [1, 3, 2]
+
+
+@pytest.mark.slow
+def test_the_lead_fallback_tests_the_leads_patch_against_every_suite(repo: Path, lab: Any
+                                                                     ) -> None:
+    """A group whose fold conflicts at agent 3 (div and mul both appended) fails every
+    feature, unless agent 1's patch alone passes all three suites; one that passes two
+    of three does not rescue it."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2"),
+             3: calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                             + "\n\ndef test_doc():\n    from calc import add\n\n"
+                               "    assert add.__doc__ == 'Sum.'\n"})}
+    both = calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
+                        "\n\ndef div(a, b):\n    return a / b\n"})
+    every = calc_diff(repo, {"calc.py": BASE["calc.py"].replace(
+        "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+        + "\n\ndef mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n    return a / b\n"})
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (every, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.strategy) == ("conflicts", 3, "solo-agent1")
+    assert g.passed and [f.tests_passed for f in g.features] == [2, 2, 2]
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (both, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.strategy) == ("conflicts", 3, "naive")
+    assert not g.passed and all(f.reason == "merge conflict" for f in g.features)
