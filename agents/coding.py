@@ -174,6 +174,7 @@ class CodingAgent:
         max_tokens: int | None = None,
         max_output_tokens: int = 4096,
         temperature: float | None = None,
+        seed: int | None = None,
         notes: Mapping[int, str] | None = None,
         base: str | None = None,
         before_step: Callable[[], Awaitable[None]] | None = None,
@@ -187,6 +188,8 @@ class CodingAgent:
         self.limits = _Limits(max_steps, max_tokens)
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
+        self.seed = seed
+        """The sampling seed of every request (None: the server's choice)."""
         self.notes = dict(notes or {})
         """Extra user messages by step number (counterfactual replay)."""
         self.base = base
@@ -278,6 +281,7 @@ class CodingAgent:
         request = ModelRequest(
             model=self.caller.provider.model, system=self.system, messages=tuple(st.messages),
             tools=self.tools, max_tokens=self.max_output_tokens, temperature=self.temperature,
+            seed=self.seed,
         )
         result = await self.caller.call(self.scope, request)
         u = result.response.usage
