@@ -140,3 +140,27 @@ def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> Non
         sys.stdout.write(json.dumps(record.model_dump(mode="json"), indent=2) + "\n")
     else:
         _print_tree(console, record)
+
+
+@app.command("export")
+def export_cmd(
+    tree: TreeArg,
+    state: StateOpt,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="verl, skyrl or rllm.")] = "verl",
+    out: Annotated[Path, typer.Option("--out", "-o", help="FILE.jsonl, or FILE.parquet "
+                                      "(needs pyarrow).")] = Path("rollouts.jsonl"),
+) -> None:
+    """Write a tree's leaves as training records: one per leaf member (verl's
+    AgentLoopOutput, SkyRL's GeneratorOutput rows) or per leaf (rLLM's Episode)."""
+    from agents.rollouts import export_tree
+    from coordinator.store import open_trace
+
+    trace = open_trace(state)
+    try:
+        done = export_tree(trace, tree, fmt, out)  # type: ignore[arg-type]
+    except (LookupError, ValueError, ImportError) as e:
+        fail(str(e))
+    finally:
+        trace.close()
+    skipped = f" ({done.skipped} trajectories without tokens left out)" if done.skipped else ""
+    err.print(f"wrote {done.records} {fmt} records to {done.path}{skipped}")

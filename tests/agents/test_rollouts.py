@@ -17,12 +17,14 @@ from agents.model_server import ScriptedModelServer
 from agents.rollouts import Budget, fork_points, grow, read_tree, siblings
 from coordinator import Coordinator, ExecOutcome, ModelCall
 from coordinator.cli import app
-from tests.agents._rollouts_run import TEST, TOLD, Grown, grown, record_run, scripts
+from tests.agents._rollouts_run import TEST, TOLD, Grown, record_run, scripts
+
+pytestmark = pytest.mark.slow  # the session's rollout tree takes seconds to grow
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Grown:
-    return grown(tmp_path_factory.mktemp("rollouts"))
+@pytest.fixture
+def tree(rollout_tree: Grown) -> Grown:
+    return rollout_tree
 
 
 def test_each_block_forks_four_graded_siblings_that_differ(tree: Grown) -> None:

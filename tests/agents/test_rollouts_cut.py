@@ -1,6 +1,6 @@
 """Fork points and the team's cut after the fact: a member forked at a point, every other
 member at the latest state that does not depend on what the forked one did later, and the
-messages in flight in the inboxes."""
+messages in flight in the inboxes; and a trajectory's turns as one token sequence."""
 
 from __future__ import annotations
 
@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from agents import CodingAgent, ModelCaller
-from agents.providers import AssistantMessage, ModelRequest, Reply, ScriptedCall, ScriptedProvider
-from agents.rollouts import fork_points, team_cut
+from agents.providers import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    Reply,
+    ScriptedCall,
+    ScriptedProvider,
+    Tokens,
+    UserMessage,
+)
+from agents.rollouts import Turn, flatten, fork_points, team_cut
 from coordinator import Coordinator
 from tests.agents._helpers import CALC
 from tests.conftest import make_repo
@@ -114,3 +123,23 @@ async def test_a_forked_team_messages_itself_under_its_recorded_names(tmp_path: 
         pb = ScriptedProvider(lambda r: seen.append(r) or Reply("b done"), model="m")
         await CodingAgent(coord, team[1], ModelCaller(coord, pb), "task b", aliases=names).run()
         assert any(getattr(m, "text", "") == "Message from a: m3" for m in seen[0].messages)
+
+
+def _turn(prompt: list[int] | None, completion: list[int], replayed: bool = False) -> Turn:
+    request = ModelRequest(model="m", messages=(UserMessage(text="t"),))
+    response = ModelResponse(text="", stop_reason="end_turn", usage={}, raw={})  # type: ignore[arg-type]
+    tokens = None if prompt is None else Tokens(prompt_ids=tuple(prompt),
+                                                completion_ids=tuple(completion))
+    return Turn(1, replayed, tokens, request, response)
+
+
+def test_turns_that_do_not_line_up_or_lack_tokens_are_no_sequence() -> None:
+    """A sequence needs each prompt to extend the previous prompt and completion, and
+    every call's ids; otherwise there is none (and nothing is re-tokenised to make one)."""
+    flat = flatten([_turn([1, 2], [3], True), _turn([1, 2, 3, 9, 9], [4])])
+    assert flat is not None
+    assert (flat.prompt_ids, flat.response_ids, flat.mask, flat.replayed) == (
+        [1, 2], [3, 9, 9, 4], [1, 0, 0, 1], [1, 0, 0, 0])
+    assert flat.logprobs is None
+    assert flatten([_turn([1, 2], [3]), _turn([1, 2, 7, 9], [4])]) is None
+    assert flatten([_turn([1, 2], [3]), _turn(None, [4])]) is None
