@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..records._effects import Message, TaskOp, TeamTask, TeamWrite
-from ..records._errors import TeamError
+from ..records._errors import NotFound, TeamError
 from ..records._events import Event
 from ..records._paths import check_path
 from ..records._team import PadFile, Request, Response
@@ -81,7 +81,7 @@ class TeamMember:
                   cause: str | None = None) -> TeamResult:
         """Add an open task (`assignee`, a member, is the one expected to claim it: only
         they may while it is open). Returns the result; `.task` is the new task."""
-        who = self.team.member_name(assignee) if assignee is not None else None
+        who = self._known(assignee) if assignee is not None else None
         intent = TeamTask(team=self.team.name, op="add", task=self.team.next_id("t"),
                           title=title, detail=detail, assignee=who)
         return await self._task(intent, cause)
@@ -107,6 +107,14 @@ class TeamMember:
         """Mark your task blocked, saying by what (`note`); claiming it again resumes it.
         Raises TeamError unless you own it."""
         return await self._task(self._op("block", task, note), cause)
+
+    def _known(self, name: str) -> str:
+        """The member `name` names, or `name` itself (refused then by the team's rules,
+        as a failed effect)."""
+        try:
+            return self.team.member_name(name)
+        except NotFound:
+            return name
 
     def _op(self, op: TaskOp, task: str, note: str = "") -> TeamTask:
         return TeamTask(team=self.team.name, op=op, task=task, detail=note)
@@ -173,10 +181,10 @@ class TeamMember:
         """Ask member `to` something typed (`kind`: review, plan, ...): a message into its
         inbox carrying a request id. Returns the result; `.request` is the request (its
         `.id` is what `wait` and the recipient's `respond` take)."""
-        member = self.team.member_name(to)
-        intent = Message(to=self.team.members[member], text=body, sender=self.scope.name,
-                         team=self.team.name, request=self.team.next_id("r"),
-                         request_kind=kind)
+        member = self._known(to)
+        intent = Message(to=self.team.members.get(member, member), text=body,
+                         sender=self.scope.name, team=self.team.name,
+                         request=self.team.next_id("r"), request_kind=kind)
         return await self._message(intent, cause)
 
     async def respond(self, request: str, body: str, *, cause: str | None = None
