@@ -25,6 +25,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import BaseModel
 
+from ._team_client import TeamCalls, TeamClient
 from .records import _errors as _errors
 from .records._effects import Message
 from .records._wire import (
@@ -50,7 +51,7 @@ from .records._wire import (
 )
 from .server._auth import AuthError, Forbidden
 
-__all__ = ["ClientError", "CorralClient", "ReviewRequest"]
+__all__ = ["ClientError", "CorralClient", "ReviewRequest", "TeamClient"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -136,9 +137,10 @@ class Reviewer:
         await self._ws.send_str(json.dumps(body))
 
 
-class CorralClient:
+class CorralClient(TeamCalls):
     """The API over HTTP. Use as an async context manager (it owns a session),
-    or pass your own `session`."""
+    or pass your own `session`. A team's calls (`create_team`, `teams`, `team`) are
+    `TeamCalls`'."""
 
     def __init__(self, base_url: str, token: str | None = None, *,
                  session: aiohttp.ClientSession | None = None, timeout: float = 300) -> None:
