@@ -1,7 +1,9 @@
 """The built-in coding agent: a small tool loop on any provider.
 
 Tools: read_file, list_files, write_file, edit (search/replace, or a unified diff), run (a
-transactional command), send_message (to another agent's inbox), finish. One *step* is one
+transactional command), send_message (to another agent's inbox), finish; in a team, the
+team's tools too (`agents.team_tools`: its task list, scratchpad and typed requests). One
+*step* is one
 model call and the tools it asks for. Messages received since the last step are shown to the
 model as a user message. A blocked intent comes back as the tool's result with the
 supervisor's reason, so the model can adapt.
@@ -29,6 +31,7 @@ from coordinator import (
     Coordinator,
     CorralError,
     ExecOutcome,
+    Message,
     Result,
     Scope,
     ScopeDiscarded,
@@ -48,9 +51,17 @@ from .providers import (
     ToolUse,
     UserMessage,
 )
+from .team_tools import (
+    TEAM_TOOL_NAMES,
+    TEAM_TOOLS,
+    LocalTeam,
+    TeamAccess,
+    call_team_tool,
+    team_prompt,
+)
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "system_prompt",
-           "tools_for"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "message_text",
+           "system_prompt", "tools_for"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in a git repository, in parallel with other \
@@ -177,6 +188,7 @@ class CodingAgent:
         notes: Mapping[int, str] | None = None,
         base: str | None = None,
         before_step: Callable[[], Awaitable[None]] | None = None,
+        team: TeamAccess | None = None,
     ) -> None:
         self.coord = coord
         self.scope = scope
@@ -192,6 +204,8 @@ class CodingAgent:
         self.base = base
         """The commit the result patch is taken against (default: the scope's fork point)."""
         self.before_step = before_step
+        self.team = team
+        """The agent's team (its tools act on it; give `tools` the team's, `TEAM_TOOLS`)."""
         self.lock = asyncio.Lock()
         self.stopped: str | None = None
         self.blocked = 0
@@ -207,9 +221,15 @@ class CodingAgent:
         if ctx.provider is None:
             raise ValueError("the builtin agent needs a model provider")
         caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
-        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system_prompt(ctx.messaging),
-                   tools=tools_for(ctx.tools, ctx.messaging), max_steps=ctx.budget.max_steps,
-                   max_tokens=ctx.budget.max_tokens)
+        system, tools = system_prompt(ctx.messaging), tools_for(ctx.tools, ctx.messaging)
+        team = None
+        if ctx.team is not None:  # a member of a team: its tools and its part in the prompt
+            member = ctx.coord.team(ctx.team).member(ctx.scope.name)
+            team = LocalTeam(member)
+            system += team_prompt(member.name, ctx.team, member.team.lead, member.team.members)
+            tools += TEAM_TOOLS
+        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system, tools=tools,
+                   max_steps=ctx.budget.max_steps, max_tokens=ctx.budget.max_tokens, team=team)
 
     @property
     def name(self) -> str:
@@ -270,8 +290,7 @@ class CodingAgent:
         if self.limits.max_tokens is not None and st.tokens >= self.limits.max_tokens:
             return await self._result("token_limit", f"used {st.tokens} tokens")
         for m in self.scope.take_messages():
-            sender = m.sender or "someone"
-            st.messages.append(UserMessage(text=f"Message from {sender}: {m.text}"))
+            st.messages.append(UserMessage(text=message_text(m)))
         note = self.notes.get(st.steps + 1)
         if note is not None:
             st.messages.append(UserMessage(text=note))
@@ -331,6 +350,8 @@ class CodingAgent:
                 raise ValueError(f"argument {key!r} must be a string")
             return value
 
+        if self.team is not None and use.name in TEAM_TOOL_NAMES:
+            return await call_team_tool(self.team, use.name, args, cause=cause)
         try:
             match use.name:
                 case "read_file":
@@ -426,6 +447,18 @@ class CodingAgent:
     async def patch(self) -> str:
         """`git diff` of the scope's head tree against its base (the fork point by default)."""
         return await scope_patch(self.coord, self.scope, self.base)
+
+
+def message_text(m: Message) -> str:
+    """A received message as the model reads it: a typed request with its id and kind
+    (to answer with respond), a response with the request it answers."""
+    sender = m.sender or "someone"
+    if m.request is not None:
+        return (f"Request {m.request} ({m.request_kind}) from {sender}: {m.text}\n"
+                f"(answer it with respond, request={m.request})")
+    if m.reply_to is not None:
+        return f"Response to your request {m.reply_to} from {sender}: {m.text}"
+    return f"Message from {sender}: {m.text}"
 
 
 def _clip(text: str) -> str:
