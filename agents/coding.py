@@ -3,10 +3,9 @@
 Tools: read_file, list_files, write_file, edit (search/replace, or a unified diff), run (a
 transactional command), send_message (to another agent's inbox), finish; in a team, the
 team's tools too (`agents.team_tools`: its task list, scratchpad and typed requests). One
-*step* is one
-model call and the tools it asks for. Messages received since the last step are shown to the
-model as a user message. A blocked intent comes back as the tool's result with the
-supervisor's reason, so the model can adapt.
+*step* is one model call and the tools it asks for. Messages received since the last step
+are shown to the model as a user message. A blocked intent comes back as the tool's result
+with the supervisor's reason, so the model can adapt.
 
 How the trace reads: each model call is a `model.call` effect. Each tool the model asks for
 leaves one `tool.call` effect (what the model asked and what it was told, cause = the model
@@ -31,7 +30,6 @@ from coordinator import (
     Coordinator,
     CorralError,
     ExecOutcome,
-    Message,
     Result,
     Scope,
     ScopeDiscarded,
@@ -57,11 +55,12 @@ from .team_tools import (
     LocalTeam,
     TeamAccess,
     call_team_tool,
+    message_text,
     team_prompt,
 )
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "message_text",
-           "system_prompt", "tools_for"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "system_prompt",
+           "tools_for"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in a git repository, in parallel with other \
@@ -447,18 +446,6 @@ class CodingAgent:
     async def patch(self) -> str:
         """`git diff` of the scope's head tree against its base (the fork point by default)."""
         return await scope_patch(self.coord, self.scope, self.base)
-
-
-def message_text(m: Message) -> str:
-    """A received message as the model reads it: a typed request with its id and kind
-    (to answer with respond), a response with the request it answers."""
-    sender = m.sender or "someone"
-    if m.request is not None:
-        return (f"Request {m.request} ({m.request_kind}) from {sender}: {m.text}\n"
-                f"(answer it with respond, request={m.request})")
-    if m.reply_to is not None:
-        return f"Response to your request {m.reply_to} from {sender}: {m.text}"
-    return f"Message from {sender}: {m.text}"
 
 
 def _clip(text: str) -> str:

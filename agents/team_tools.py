@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from coordinator import (
     CorralError,
+    Message,
     PadFile,
     Request,
     Response,
@@ -38,6 +39,7 @@ __all__ = [
     "TeamAccess",
     "call_team_tool",
     "describe_task",
+    "message_text",
     "team_prompt",
 ]
 
@@ -234,6 +236,18 @@ def describe_task(t: Task) -> str:
     who = f" owner={t.owner}" if t.owner else f" for={t.assignee}" if t.assignee else ""
     note = f" — note: {t.note}" if t.note else ""
     return f"{t.id} [{t.status}]{who} {t.title}{note}"
+
+
+def message_text(m: Message) -> str:
+    """A received message as the model reads it: a typed request with its id and kind
+    (to answer with respond), a response with the request it answers."""
+    sender = m.sender or "someone"
+    if m.request is not None:
+        return (f"Request {m.request} ({m.request_kind}) from {sender}: {m.text}\n"
+                f"(answer it with respond, request={m.request})")
+    if m.reply_to is not None:
+        return f"Response to your request {m.reply_to} from {sender}: {m.text}"
+    return f"Message from {sender}: {m.text}"
 
 
 def _said(done: _Done, ok: str) -> tuple[str, bool]:

@@ -168,18 +168,23 @@ class ToolCall(_Record):
     call_id: str | None = None
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class Message(_Record):
     kind: Literal["message"] = "message"
     to: str
     text: str
     sender: str | None = None
-    team: str | None = None
+    # Left out of the record when unset: a plain message's record is as before teams.
+    team: str | None = Field(default=None, exclude_if=_unset)
     """The team this message belongs to: set on typed requests and their responses."""
-    request: str | None = None
+    request: str | None = Field(default=None, exclude_if=_unset)
     """A typed request: its id (`r<n>`, unique in the team); `text` is its body."""
-    request_kind: str | None = None
+    request_kind: str | None = Field(default=None, exclude_if=_unset)
     """A typed request: what it asks (a word the team agrees on: "review", "plan")."""
-    reply_to: str | None = None
+    reply_to: str | None = Field(default=None, exclude_if=_unset)
     """A response: the id of the request it answers; `text` is its body."""
 
 
