@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentContext, CodingAgent, ModelCaller
-from agents.model_server import ScriptedModelServer
+from agents import AgentContext, CodingAgent, LLMSupervisor, ModelCaller
+from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
 from agents.providers import OpenAIProvider
 from agents.team_tools import TEAM_TOOL_NAMES, LocalTeam, call_team_tool
 from coordinator import Coordinator, TeamTask, ToolCall
@@ -153,3 +153,53 @@ async def test_team_tools_say_what_went_wrong_instead_of_raising(tmp_path: Path)
         assert err and said == f"no response to {rid} within 0.05s"
         said, err = await call_team_tool(a, "pad_read", {"path": "none.md"})
         assert err and "no file 'none.md'" in said
+
+
+async def test_the_supervisor_sees_the_teams_effects_and_its_task_list(
+    tmp_path: Path, server: ScriptedModelServer
+) -> None:
+    """The LLM supervisor is shown the workers' team operations like their other effects
+    (a claim won or lost, a refused completion, which triggers a round) with the team's
+    task list, and its note reaches the worker."""
+    def calls(*made: tuple[str, dict]) -> Reply:  # several tool calls in one model turn
+        return Reply(tool_calls=[ScriptedCall(name, args) for name, args in made])
+
+    server.script("a", by_step([calls(("task_claim", {"task": "t1"}),
+                                      ("finish", {"summary": "a"}))]))
+    server.script("b", by_step([calls(("task_claim", {"task": "t1"}),
+                                      ("task_complete", {"task": "t1"})),
+                                call("finish", summary="b")]))
+
+    def decide(payload: dict) -> Reply:
+        last = payload["messages"][-1]["content"]
+        if "[failed]" in last:
+            return Reply(tool_calls=[ScriptedCall("inject", {"worker": "b",
+                                                             "text": "t1 is a's; add t2"})])
+        return Reply(tool_calls=[ScriptedCall("noop", {"reason": "fine"})])
+
+    server.script("sup", decide)
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    providers = {n: OpenAIProvider(n, base_url=server.base_url) for n in ("a", "b", "sup")}
+    async with Coordinator.open(tmp_path / "s", repo, backend="copy") as coord:
+        scopes = [await coord.root.fork(n) for n in ("a", "b")]
+        team = await coord.create_team("dev", scopes)
+        await team.member("a").add("parse")
+        workers = [CodingAgent.from_context(AgentContext(
+            coord=coord, scope=s, task=f"{s.name}'s part", provider=providers[s.name],
+            name=s.name, team="dev")) for s in scopes]
+        async with LLMSupervisor(coord, ModelCaller(coord, providers["sup"]), workers) as sup:
+            for w in workers:
+                w.before_step = sup.settle
+            await workers[0].run()
+            await workers[1].run()
+            await sup.settle()
+    for p in providers.values():
+        await p.aclose()
+    seen = "\n".join(m["content"] for r in _sent(server, "sup") for m in r["messages"]
+                     if m.get("role") == "user" and isinstance(m.get("content"), str))
+    assert "team.task claim t1 [dev] (won)" in seen
+    assert "team.task claim t1 [dev] (lost: a has it)" in seen
+    assert "team.task complete t1 [dev] [failed]: task t1 is owned by a" in seen
+    assert "Team dev's tasks:\n- t1 [in_progress] owner=a parse" in seen
+    b_saw = json.dumps(_sent(server, "b")[-1]["messages"])
+    assert "t1 is a's; add t2" in b_saw
