@@ -81,6 +81,7 @@ class TeamMember:
                   cause: str | None = None) -> TeamResult:
         """Add an open task (`assignee`, a member, is the one expected to claim it: only
         they may while it is open). Returns the result; `.task` is the new task."""
+        await self.team.fresh()  # the next id is past every one the branches hold
         who = self._known(assignee) if assignee is not None else None
         intent = TeamTask(team=self.team.name, op="add", task=self.team.next_id("t"),
                           title=title, detail=detail, assignee=who)
@@ -181,6 +182,7 @@ class TeamMember:
         """Ask member `to` something typed (`kind`: review, plan, ...): a message into its
         inbox carrying a request id. Returns the result; `.request` is the request (its
         `.id` is what `wait` and the recipient's `respond` take)."""
+        await self.team.fresh()
         member = self._known(to)
         intent = Message(to=self.team.members.get(member, member), text=body,
                          sender=self.scope.name, team=self.team.name,

@@ -92,6 +92,8 @@ async def test_the_team_api_round_trip_with_the_in_process_errors(tmp_path: Path
         assert got is not None and got.body == "yes"
         assert await ui.wait(asked.id, timeout=0) == got
         assert (await lead.delete("notes/ui.md", force=True)).ok
+        with pytest.raises(FileNotFoundError):
+            await lead.read("notes/ui.md")
 
         doc = await c.request("GET", "/openapi.json")
         paths = doc["paths"]
