@@ -47,7 +47,7 @@ from ._team_board import Board, Op, TeamIntent
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["MARKER", "MemberScope", "TeamResult", "TeamState", "walk_line"]
+__all__ = ["MARKER", "MemberScope", "TeamResult", "TeamState", "walk_line", "walk_lines"]
 
 MARKER = b'"team":"'
 """Bytes every team operation's record holds (its team's name follows): the line walk
@@ -123,6 +123,12 @@ def walk_line(trace: Trace, head: str, lineage: Mapping[str, Mapping[str, str]]
         ops.append(Op(e.outcome.seq, member, to, e.scope, e.seq, e.id, entry.commit, intent,
                       e.outcome))
     return ops
+
+
+def walk_lines(trace: Trace, heads: Mapping[str, str | None],
+               lineage: Mapping[str, Mapping[str, str]]) -> dict[str, list[Op]]:
+    """`walk_line` for each member's head (None: a member with no live scope, no line)."""
+    return {m: walk_line(trace, h, lineage) if h is not None else [] for m, h in heads.items()}
 
 
 class TeamState:
@@ -219,23 +225,26 @@ class TeamState:
 
     async def fresh(self) -> None:
         """Walk the line of every member whose line is unknown (at open, after its scope
-        was forked anew), so the state is the one its members' branches hold."""
+        was forked anew), so the state is the one its members' branches hold: every such
+        line in one thread hop, then the state rebuilt once."""
         while self._dirty:
             async with self._refresh:
                 if not self._dirty:
                     return
-                member = min(self._dirty)
-                moves = self._moves[member]
-                scope = self.rt.scopes.get(self.info.members[member])
-                ops: list[Op] = []
-                if scope is not None and not scope.discarded:
-                    ops = await self.rt.io(walk_line, self.rt.trace, scope.head, self.lineage)
-                if self._moves[member] != moves:
-                    continue  # moved while it was walked: walk it again
-                self._dirty.discard(member)
-                known = {op.commit for op in ops}
-                self._lines[member] = ops + [o for o in self._lines[member]
-                                             if o.commit not in known]
+                moves = {m: self._moves[m] for m in self._dirty}
+                heads: dict[str, str | None] = {}
+                for member in moves:
+                    scope = self.rt.scopes.get(self.info.members[member])
+                    heads[member] = scope.head if scope is not None and not scope.discarded \
+                        else None
+                walked = await self.rt.io(walk_lines, self.rt.trace, heads, self.lineage)
+                for member, ops in walked.items():
+                    if self._moves[member] != moves[member]:
+                        continue  # moved while it was walked: it stays dirty, walked again
+                    self._dirty.discard(member)
+                    known = {op.commit for op in ops}
+                    self._lines[member] = ops + [o for o in self._lines[member]
+                                                 if o.commit not in known]
                 self._rebuild()
 
     def moved(self, effect: Effect) -> None:
