@@ -51,7 +51,7 @@ from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 from ._cut import Cut, cut_names, fork_team, new_cut_name, read_cut, rewind_team, take_cut
 from ._team_merge import MergeOrder, merge_team
-from ._teams import create_team, fork_teams, load_teams, team_of
+from ._teams import create_team, fork_teams, load_teams, team_of, teams_in
 
 __all__ = ["Coordinator"]
 
@@ -394,6 +394,7 @@ class Coordinator:
         members are all in the cut forked as `<prefix><team>`, with its task list,
         scratchpad and requests as they were at the cut. Raises NotFound, ScopeExists."""
         found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
+        teams_in(self._teams, found, prefix)  # a team fork's name taken: before any fork
         forked = await fork_team(self.scopes, found, prefix)
         await fork_teams(self.runtime, self._teams, found, prefix, forked)
         return forked

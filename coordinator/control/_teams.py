@@ -26,7 +26,7 @@ from ..scopes._team import Team, Teams
 from ..store._trace import Trace
 from ._cut import Cut
 
-__all__ = ["TEAM_PREFIX", "create_team", "fork_teams", "load_teams"]
+__all__ = ["TEAM_PREFIX", "create_team", "fork_teams", "load_teams", "team_of", "teams_in"]
 
 TEAM_PREFIX = "refs/corral/teams/"
 TEAM_FILE = "team.json"
@@ -111,16 +111,28 @@ async def create_team(rt: Runtime[Scope], teams: Teams, name: str, members: Sequ
     return team
 
 
+def teams_in(teams: Teams, cut: Cut, prefix: str) -> list[Team]:
+    """The teams all of whose members are in `cut`: the ones `fork_teams` forks. Raises
+    ScopeExists when one's fork, `<prefix><team>`, exists already (before anything forks)."""
+    inside = {m.scope for m in cut.members}
+    found = [t for t in sorted(teams.values(), key=lambda t: t.name)
+             if t.info.members and set(t.info.members.values()) <= inside]
+    for team in found:
+        name = _check_name(prefix + team.name)
+        if name in teams:
+            raise ScopeExists(f"a team named {name!r} exists: the fork of team "
+                              f"{team.name!r} needs the name")
+    return found
+
+
 async def fork_teams(rt: Runtime[Scope], teams: Teams, cut: Cut, prefix: str,
                      forked: Sequence[Scope]) -> list[Team]:
     """For each team all of whose members are in `cut`, the team `<prefix><team>` of
     their forks (`forked`, one per member of the cut, in its order)."""
     by_scope = {m.scope: s for m, s in zip(cut.members, forked, strict=True)}
     out = []
-    for team in sorted(list(teams.values()), key=lambda t: t.name):
+    for team in teams_in(teams, cut, prefix):
         info = team.info
-        if not info.members or not all(s in by_scope for s in info.members.values()):
-            continue
         names = sorted(info.members)
         scopes = [by_scope[info.members[m]] for m in names]
         lead = scopes[names.index(info.lead)]

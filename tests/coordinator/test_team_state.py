@@ -248,6 +248,10 @@ async def test_a_cut_forks_and_rewinds_the_whole_teams_state(tmp_path: Path):
         await b.respond("r1", "parser.py")
         assert (await team.tasks()) != before[0]
 
+        await coord.create_team("twice-dev", [coord.scope("a")])
+        with pytest.raises(ScopeExists, match="'twice-dev' exists"):
+            await coord.fork_team(cut, "twice-")
+        assert "twice-a" not in coord.scopes  # nothing forked
         forked = await coord.fork_team(cut, "again-")
         assert sorted(s.name for s in forked) == ["again-a", "again-b", "again-lead"]
         again = coord.team("again-dev")
