@@ -59,8 +59,8 @@ from .team_tools import (
     team_prompt,
 )
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "system_prompt",
-           "tools_for"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "message_note",
+           "system_prompt", "tools_for"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in a git repository, in parallel with other \
@@ -107,6 +107,12 @@ TOOLS: tuple[ToolSpec, ...] = (
           ["summary"]),
 )
 
+
+
+def message_note(sender: str, text: str) -> str:
+    """How a message from `sender` is shown to the model: the user message it becomes at
+    the recipient's next step (so a reader of the trace can tell which it took)."""
+    return f"Message from {sender}: {text}"
 
 
 def system_prompt(messaging: bool = True) -> str:
@@ -184,9 +190,11 @@ class CodingAgent:
         max_tokens: int | None = None,
         max_output_tokens: int = 4096,
         temperature: float | None = None,
+        seed: int | None = None,
         notes: Mapping[int, str] | None = None,
         base: str | None = None,
         before_step: Callable[[], Awaitable[None]] | None = None,
+        aliases: Mapping[str, str] | None = None,
         team: TeamAccess | None = None,
     ) -> None:
         self.coord = coord
@@ -198,11 +206,18 @@ class CodingAgent:
         self.limits = _Limits(max_steps, max_tokens)
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
+        self.seed = seed
+        """The sampling seed of every request (None: the server's choice)."""
         self.notes = dict(notes or {})
         """Extra user messages by step number (counterfactual replay)."""
         self.base = base
         """The commit the result patch is taken against (default: the scope's fork point)."""
         self.before_step = before_step
+        self.aliases = dict(aliases or {})
+        """The names the model knows its teammates by, to their scopes (in a forked
+        team `agent-2` is `<tree>.<node>.agent-2`): messages go to the scope and are
+        shown as from the name."""
+        self._names = {scope: name for name, scope in self.aliases.items()}
         self.team = team
         """The agent's team (its tools act on it; give `tools` the team's, `TEAM_TOOLS`)."""
         self.lock = asyncio.Lock()
@@ -289,13 +304,15 @@ class CodingAgent:
         if self.limits.max_tokens is not None and st.tokens >= self.limits.max_tokens:
             return await self._result("token_limit", f"used {st.tokens} tokens")
         for m in self.scope.take_messages():
-            st.messages.append(UserMessage(text=message_text(m)))
+            sender = self._names.get(m.sender or "", m.sender) or "someone"
+            st.messages.append(UserMessage(text=message_text(m, sender)))
         note = self.notes.get(st.steps + 1)
         if note is not None:
             st.messages.append(UserMessage(text=note))
         request = ModelRequest(
             model=self.caller.provider.model, system=self.system, messages=tuple(st.messages),
             tools=self.tools, max_tokens=self.max_output_tokens, temperature=self.temperature,
+            seed=self.seed,
         )
         result = await self.caller.call(self.scope, request)
         u = result.response.usage
@@ -373,7 +390,7 @@ class CodingAgent:
                     return self._said(r, "")
                 case "send_message":
                     to = text("to")
-                    r = await scope.send(to, text("text"), cause=cause)
+                    r = await scope.send(self.aliases.get(to, to), text("text"), cause=cause)
                     return self._said(r, f"sent to {to}")
                 case "finish":
                     return "finished", False

@@ -238,10 +238,11 @@ def describe_task(t: Task) -> str:
     return f"{t.id} [{t.status}]{who} {t.title}{note}"
 
 
-def message_text(m: Message) -> str:
-    """A received message as the model reads it: a typed request with its id and kind
-    (to answer with respond), a response with the request it answers."""
-    sender = m.sender or "someone"
+def message_text(m: Message, sender: str | None = None) -> str:
+    """A received message as the model reads it (`sender`: the name to show, default the
+    message's): a typed request with its id and kind (to answer with respond), a response
+    with the request it answers, any other as `Message from <sender>: <text>`."""
+    sender = sender or m.sender or "someone"
     if m.request is not None:
         return (f"Request {m.request} ({m.request_kind}) from {sender}: {m.text}\n"
                 f"(answer it with respond, request={m.request})")

@@ -1,4 +1,4 @@
-"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|replay|
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|replay|
 cooperbench`.
 
 Registered through the `corral.commands` entry point group (`register`), so the
@@ -59,11 +59,14 @@ def bench_substrate(
         help="Scope-count axis: live scopes, e.g. 1,16,64,256.")] = "",
     saturate: Annotated[int, typer.Option(
         help="Saturating-writer row: this many writes back to back (0: none).")] = 0,
+    team_history: Annotated[str, typer.Option(
+        help="Team rows: a consistent cut of 64 live scopes and fork_team of 8, at these "
+             "history lengths (effects per scope; '' for none).")] = "10,1000",
 ) -> None:
     """Fork, discard, write, rewind, merge and exec latency on synthetic checkouts;
-    with --history/--scopes/--saturate, the long-history, many-scope and
-    saturating-writer rows (--sizes '' for those alone)."""
-    from bench import scaling, substrate
+    the team rows (cut, fork_team); with --history/--scopes/--saturate, the
+    long-history, many-scope and saturating-writer rows (--sizes '' for those alone)."""
+    from bench import scaling, substrate, team
 
     to_stdout, json_path = json_target(json_flag, json_out, legacy_json)
     out = err if to_stdout else console
@@ -72,6 +75,10 @@ def bench_substrate(
     if size_list:
         report = substrate.run(size_list, runs=runs, backend=backend, cache=cache, fuse=fuse)
         out.print(substrate.render(report))
+    lengths = [int(n) for n in team_history.split(",") if n.strip()]
+    if lengths:
+        report["team"] = team.run(history=lengths, runs=runs, backend=backend)
+        out.print(team.render(report["team"]))
     report["scaling"] = scaling.run(
         history=[int(n) for n in history.split(",") if n.strip()],
         scopes=[int(n) for n in scopes.split(",") if n.strip()],
@@ -144,6 +151,27 @@ def bench_team(
     report = team_bench.run(scopes, team, [int(h) for h in history.split(",") if h.strip()],
                             runs, backend)
     show_report(team_bench.render(report), report, target)
+
+
+@app.command("rollouts")
+def bench_rollouts(
+    history: Annotated[int, typer.Option(help="Effects each member has before the cut.")] = 10,
+    runs: Annotated[int, typer.Option(help="Siblings of the pair timed.")] = 200,
+    steps: Annotated[int, typer.Option(help="Model calls of the recorded run.")] = 30,
+    at: Annotated[str, typer.Option(help="Steps to fork before (comma-separated; 1 is the "
+                                    "full re-run).")] = "1,10,20,29",
+    backend: BackendOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Rollout trees: a pair's sibling, and a suffix against a full re-run (issue 27)."""
+    from bench import rollouts as rollouts_bench
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = rollouts_bench.run(history, runs, steps,
+                                [int(k) for k in at.split(",") if k.strip()], backend)
+    show_report(rollouts_bench.render(report), report, target)
 
 
 @app.command("replay")

@@ -106,6 +106,17 @@ def _substrate(report: dict[str, Any]) -> Iterator[str]:
             if isinstance(figures, dict) and "median_ms" in figures:
                 yield (f"| {size} | fuse: {op} | {figures['median_ms']} | "
                        f"{figures.get('p90_ms', '')} | |")
+    team = report.get("team")
+    if team:
+        t = team.get("targets", {})
+        yield ""
+        yield "| team | history | scopes | p50 ms | p90 ms | target p50 ms |"
+        yield "|---|---|---|---|---|---|"
+        for row in team.get("rows", []):
+            for op, key in (("cut", "cut_p50_ms"), ("fork_team", "fork_team_p50_ms")):
+                n = row["scopes"] if op == "cut" else row["team"]
+                yield (f"| {op} | {row['history']} | {n} | {row[op]['median_ms']} | "
+                       f"{row[op]['p90_ms']} | {t.get(key, '')} |")
     ratios = report.get("ratios", {})
     if ratios:
         yield ""
@@ -165,8 +176,8 @@ def render(paths: Sequence[Path]) -> str:
         ]
         if ctx["backend"]:
             out += [f"Backend: `{ctx['backend']}`.", ""]
-        body = _substrate(report) if "sizes" in report and "targets" in report \
-            else _generic(report)
+        substrate = ("sizes" in report and "targets" in report) or "team" in report
+        body = _substrate(report) if substrate else _generic(report)
         out += list(body)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -45,7 +45,7 @@ from sandboxes import run_bare_bwrap
 
 from ._synth import CheckoutSpec, checkout, parse_size, source_paths
 
-__all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "render", "run", "run_async"]
+__all__ = ["FUSE_OPS", "OPS", "TARGETS", "Target", "render", "run", "run_async", "stats"]
 
 OPS = ("fork", "discard", "write", "rewind", "merge", "merge_3way", "exec", "exec_overhead",
        "exec_cold", "spawn", "bwrap_bare", "tree_diff_16k", "tree_diff_16k_full")
@@ -101,7 +101,8 @@ EXEC_OVER_BWRAP = 0.5
 Clock = Callable[[], Awaitable[object]]
 
 
-def _stats(samples: Sequence[float]) -> dict[str, Any]:
+def stats(samples: Sequence[float]) -> dict[str, Any]:
+    """Median and p90 (nearest rank) of `samples` in seconds, as milliseconds."""
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return {
@@ -319,7 +320,7 @@ async def _bench_size(
                     progress.reset(task, total=runs, description=f"{spec.name}: {step.__name__}")
                 await step()
             backend_name = coord.backend.name
-        ops = {op: _stats(size.samples[op]) for op in OPS}
+        ops = {op: stats(size.samples[op]) for op in OPS}
         return {
             "spec": {"total_bytes": spec.total_bytes, "source_files": spec.source_files,
                      "binary_files": spec.binary_files, "seed": spec.seed},
@@ -419,7 +420,7 @@ async def _bench_fuse(spec: CheckoutSpec, repo: Path, runs: int) -> dict[str, An
             coord.chain.policies = [ConflictGuard()]
             samples["open_write_guarded"] = await asyncio.to_thread(
                 _opens, target, FUSE_OPEN_SAMPLES)
-        ops = {op: _stats(samples[op]) for op in FUSE_OPS}
+        ops = {op: stats(samples[op]) for op in FUSE_OPS}
         base = statistics.median(samples["open_write"])
         return {
             "backend": "fuse",
@@ -551,23 +552,23 @@ def render(report: dict[str, Any]) -> Table:
         table.add_row(name, "setup (open)", f"{result['setup_ms']:.1f}",
                       "", "", "")
         for op in OPS:
-            stats = result["ops"][op]
+            figures = result["ops"][op]
             target = TARGETS.get(op)
             applies = target is not None and (target.size is None or target.size == name)
             shown = f"≤ {target.p50_ms:g}" if target is not None else ""
             if target is not None and target.size is not None and not applies:
                 shown += f" @{target.size}"
             table.add_row(
-                name, op, f"{stats['median_ms']:.2f}", f"{stats['p90_ms']:.2f}", shown,
-                _mark(stats["median_ms"], target.p50_ms) if applies and target else "",
+                name, op, f"{figures['median_ms']:.2f}", f"{figures['p90_ms']:.2f}", shown,
+                _mark(figures["median_ms"], target.p50_ms) if applies and target else "",
             )
         table.add_section()
         fuse = result.get("fuse")
         if fuse is not None:
             for op in FUSE_OPS:
-                stats = fuse["ops"][op]
-                table.add_row(name, f"fuse {op}", f"{stats['median_ms']:.2f}",
-                              f"{stats['p90_ms']:.2f}", "", "")
+                figures = fuse["ops"][op]
+                table.add_row(name, f"fuse {op}", f"{figures['median_ms']:.2f}",
+                              f"{figures['p90_ms']:.2f}", "", "")
             added = fuse["added_us"]
             table.add_row(name, "fuse open_write added µs (allow-all)",
                           f"{added['allow_all_p50']:.0f}", "", f"≤ {added['target_p50']:g}",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
-import statistics
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,8 @@ from typing import Any
 from rich.table import Table
 
 from coordinator import Coordinator
+
+from .substrate import stats
 
 __all__ = ["CUT_TARGET_MS", "FORK_TEAM_TARGET_MS", "render", "run"]
 
@@ -42,13 +43,6 @@ def _repo(root: Path) -> Path:
     for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "s"]):
         subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env)
     return repo
-
-
-def _stats(samples: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {"median_ms": round(statistics.median(ordered) * 1000, 3),
-            "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 3),
-            "runs": len(ordered)}
 
 
 async def _one(root: Path, scopes: int, team: int, history: int, runs: int,
@@ -77,7 +71,7 @@ async def _one(root: Path, scopes: int, team: int, history: int, runs: int,
             for s in forked:
                 await s.discard()
         return {"history": history, "scopes": scopes, "team": team,
-                "cut": _stats(cuts), "fork_team": _stats(forks),
+                "cut": stats(cuts), "fork_team": stats(forks),
                 "backend": coord.runtime.backend}
 
 

@@ -49,7 +49,16 @@ from ..scopes._scope import Scope
 from ..scopes._team import Team, Teams
 from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
-from ._cut import Cut, cut_names, fork_team, new_cut_name, read_cut, rewind_team, take_cut
+from ._cut import (
+    Cut,
+    cut_names,
+    finish_team_rewinds,
+    fork_team,
+    new_cut_name,
+    read_cut,
+    rewind_team,
+    take_cut,
+)
 from ._team_merge import MergeOrder, merge_team
 from ._teams import create_team, fork_teams, load_teams, team_of, teams_in
 
@@ -157,6 +166,7 @@ class Coordinator:
         )
         coord.runtime.bind_loop()
         try:
+            await finish_team_rewinds(coord.runtime, coord.scopes)  # one a kill interrupted
             yield coord
         finally:
             await coord.close()

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..records._effects import Message, NoOutcome, SupervisorAction
+from ..records._effects import Message, NoOutcome, ScopeRewind, SupervisorAction
 from ..records._errors import CorralError, NotFound, ScopeExists, StateError
 from ..records._paths import check_scope_name
 from ..scopes import _history as history
@@ -31,11 +31,13 @@ from ..scopes._scope import Scope
 from ..store._trace import Trace
 
 __all__ = [
-    "CUT_PREFIX", "Cut", "MemberCut", "cut_names", "fork_team", "new_cut_name", "read_cut",
-    "rewind_team", "take_cut",
+    "CUT_PREFIX", "REWINDING_PREFIX", "Cut", "MemberCut", "cut_names", "finish_team_rewinds",
+    "fork_team", "new_cut_name", "read_cut", "rewind_team", "take_cut",
 ]
 
 CUT_PREFIX = "refs/corral/cuts/"
+REWINDING_PREFIX = "refs/corral/rewinding/"
+"""A team rewind under way: its cut, until every member has moved."""
 CUT_FILE = "cut.json"
 LOCK_TIMEOUT_S = 30.0
 """How long `rewind_team` waits for a member's current effect to finish."""
@@ -151,9 +153,15 @@ async def rewind_team(scopes: dict[str, Scope], cut: Cut, *, reason: str = "",
     acts (or messages another) in between. Each rewind is recorded as a supervisor
     decision on its member with the cause `cut:<name>`. Returns the decisions' ids.
 
+    All or nothing: every member's decision is taken before any member moves (one
+    blocked decision moves none), and `refs/corral/rewinding/<name>` marks the moves
+    while they run, so a coordinator killed among them finishes them when its state is
+    reopened (`finish_team_rewinds`).
+
     Raises NotFound for a member that is not live, CorralError when a member's
     current effect (one waiting at the gate, say) does not finish within
-    `lock_timeout`, RewindError when a member's cut head is no longer on its branch."""
+    `lock_timeout` or its decision is blocked, RewindError when a member's cut head is
+    no longer on its branch."""
     members = [scopes.get(m.scope) for m in cut.members]
     for m, s in zip(cut.members, members, strict=True):
         if s is None or s.discarded:
@@ -169,14 +177,50 @@ async def rewind_team(scopes: dict[str, Scope], cut: Cut, *, reason: str = "",
                                   "(an intent waiting for a decision?): the team was not "
                                   "rewound") from None
             held.append(s)
-        return [await _rewind_member(s, cut, reason) for s in live]
+        decisions = [await _decide(s, cut, reason) for s in live]
+        rt = live[0].runtime if live else None
+        if rt is not None:
+            await rt.io(rt.trace.set_ref, REWINDING_PREFIX + cut.name, cut.commit)
+        for s, decision in zip(live, decisions, strict=True):
+            await _move(s, cut, decision)
+        if rt is not None:
+            await rt.io(rt.trace.delete_ref, REWINDING_PREFIX + cut.name)
+        return decisions
     finally:
         for s in held:
             s.effect_path.lock.release()
 
 
-async def _rewind_member(scope: Scope, cut: Cut, reason: str) -> str:
-    """Rewind one member (its lock held) and restore its inbox."""
+async def finish_team_rewinds(rt: Runtime[Scope], scopes: dict[str, Scope]) -> list[str]:
+    """Finish the team rewinds a killed coordinator left half done (at open, before
+    anything else runs): each member of a marked cut not yet rewound to it gets its
+    decision and its rewind now. Returns the cuts finished."""
+    finished = []
+    for ref in await rt.io(rt.trace.refs, REWINDING_PREFIX):
+        name = ref[len(REWINDING_PREFIX):]
+        cut = await rt.io(read_cut, rt.trace, name)
+        for m in cut.members:
+            scope = scopes.get(m.scope)
+            if scope is None or scope.discarded or await rt.io(_rewound_to, rt.trace,
+                                                                 scope.head, m.head):
+                continue
+            async with scope.effect_path.lock:
+                decision = await _decide(scope, cut, "finishing the team rewind a restart "
+                                         "interrupted")
+                await _move(scope, cut, decision)
+        await rt.io(rt.trace.delete_ref, ref)
+        finished.append(name)
+    return finished
+
+
+def _rewound_to(trace: Trace, head: str, target: str) -> bool:
+    effect = trace.show(head).effect
+    return (effect is not None and isinstance(effect.intent, ScopeRewind)
+            and effect.intent.to == target)
+
+
+async def _decide(scope: Scope, cut: Cut, reason: str) -> str:
+    """The supervisor decision to rewind one member (its lock held); its effect id."""
     m = cut.member(scope.name)
     intent = SupervisorAction(action="rewind", target=scope.name,
                               detail={"to": m.head, "cut": cut.name, "reason": reason})
@@ -184,15 +228,17 @@ async def _rewind_member(scope: Scope, cut: Cut, reason: str) -> str:
     async def decided(_: ActInput) -> tuple[NoOutcome, dict[str, tuple[str, int] | None]]:
         return NoOutcome(), {}
 
-    path = scope.effect_path
-    decision = await path.run(intent, decided, cause=f"cut:{cut.name}")
+    decision = await scope.effect_path.run(intent, decided, cause=f"cut:{cut.name}")
     if not decision.ok:
         raise CorralError(f"the rewind of {scope.name!r} to cut {cut.name!r} was blocked: "
-                          f"{decision.reason}")
+                          f"{decision.reason}; no member of the team was rewound")
     assert decision.effect is not None
-    if scope.head != m.head:
-        await history.rewind(path, scope.workspace.backing, scope.fork_point, m.head, None,
-                             decision.effect.id)
-    scope.inbox = list(m.inbox)
     return decision.effect.id
 
+
+async def _move(scope: Scope, cut: Cut, decision: str) -> None:
+    """Rewind one member (its lock held) past its decision and restore its inbox."""
+    m = cut.member(scope.name)
+    await history.rewind(scope.effect_path, scope.workspace.backing, scope.fork_point, m.head,
+                         None, decision)
+    scope.inbox = list(m.inbox)

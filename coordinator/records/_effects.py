@@ -349,6 +349,10 @@ class ModelOutcome(_Record):
     """Blob id of the provider-neutral response (canonical JSON)."""
     usage: Usage = Usage()
     replayed: bool = False
+    tokens: str | None = None
+    """Blob id of the call's token ids and logprobs as the server returned them
+    (canonical JSON: `prompt_ids`, `completion_ids`, `logprobs`); None when it
+    returned none. Nothing is re-tokenised to fill it."""
 
 
 class ToolOutcome(_Record):

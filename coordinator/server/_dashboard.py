@@ -16,7 +16,9 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
+from ..control._cut import cut_names, read_cut
 from ..records._effects import Effect, ExecOutcome, Message, ModelOutcome, ToolOutcome
+from ..records._errors import StateError
 from ..records._wire import BadRequest, ScopeOut
 from ..store._reads import diff_blobs, diff_commits, file_at
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace, TraceEntry, is_object_id
@@ -26,6 +28,9 @@ from ._hub import HUB
 from ._openapi import Query, Route
 
 __all__ = ["VIEW_ROUTES", "diff_of", "graph_of", "proposed_of", "tokens_of"]
+
+CUT_MARKS = 20
+"""Cuts drawn on the graph: the newest ones; the rest stay readable at /v1/cuts."""
 
 _PATCH_LIMIT = 256 * 1024
 """Bytes of unified diff returned per file; beyond, the patch is cut and `truncated` set."""
@@ -75,11 +80,26 @@ class LaneOut(_Out):
     """True when older commits of this branch were left out (raise `limit`)."""
 
 
+class CutMemberOut(_Out):
+    scope: str
+    head: str
+
+
+class CutMarkOut(_Out):
+    """A recorded consistent cut, drawn as a marker across its members' lanes."""
+
+    name: str
+    time: float
+    members: list[CutMemberOut]
+
+
 class GraphOut(_Out):
     snapshot: str
     lanes: list[LaneOut]
     nodes: list[NodeOut]
     """Oldest first: every parent before its children."""
+    cuts: list[CutMarkOut] = []
+    """The newest recorded cuts (at most `CUT_MARKS`), oldest first."""
 
 
 class DiffFileOut(_Out):
@@ -200,7 +220,20 @@ def graph_of(trace: Trace, *, archived: bool = False, limit: int = 500) -> Graph
         lanes.append(LaneOut(ref=ref, name=name, state=state,  # type: ignore[arg-type]
                              head=head, base=commit, shown=shown, more=more))
     return GraphOut(snapshot=trace.snapshot() or "", lanes=lanes,
-                    nodes=[_node(entries[c], owner[c]) for c in _oldest_first(entries, owner)])
+                    nodes=[_node(entries[c], owner[c]) for c in _oldest_first(entries, owner)],
+                    cuts=_cut_marks(trace))
+
+
+def _cut_marks(trace: Trace) -> list[CutMarkOut]:
+    marks = []
+    for name in cut_names(trace):
+        try:
+            cut = read_cut(trace, name)
+        except StateError:
+            continue  # an unreadable cut is not drawn; GET /v1/cuts/<name> says why
+        marks.append(CutMarkOut(name=cut.name, time=cut.time, members=[
+            CutMemberOut(scope=m.scope, head=m.head) for m in cut.members]))
+    return sorted(marks, key=lambda m: m.time)[-CUT_MARKS:]
 
 
 def _node(entry: TraceEntry, lane: int) -> NodeOut:

@@ -378,3 +378,69 @@ async def test_narrow_window_has_no_horizontal_scroll(run: Run):
             "document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0
         await _shot(page, "narrow")
+
+
+async def test_a_cut_is_marked_across_the_lanes_and_the_team_forks_and_rewinds_from_it(run: Run):
+    """"mark a cut" records the whole team at one moment and draws it across the lanes
+    (a mark on each member's head); the cut's page lists the members, and "rewind the
+    team" / "fork the team" act on all of them together."""
+    c = run.srv.client
+    [held] = await c.gate_pending()
+    await c.approve(held.id, "for the cut")  # a member waiting at the gate cannot be rewound
+    await run.held
+    coord = run.srv.hub.coordinator
+    async with browser_page() as page:
+        await _login(page, run.srv.url)
+        mark = page.locator("#cut-new .actions")
+        await mark.locator("input").fill("before")
+        await mark.locator("button").click()
+        await page.wait_for_selector(".action-answer:has-text('marked cut before of 3 scopes')")
+        await page.wait_for_selector(".chip.cut[data-cut='before']")
+        marks = await page.eval_on_selector_all(
+            "rect.cut-mark[data-cut='before']", "els => els.map(e => e.dataset.scope)")
+        assert sorted(marks) == ["alice", "bob", "root"]
+        assert await page.locator("polyline.cut-line[data-cut='before']").count() == 1
+        cut = await coord.read_cut("before")
+        heads = {m.scope: m.head for m in cut.members}
+        for scope, head in heads.items():  # each mark sits on that member's head dot
+            dot = await page.locator(f"circle.node[data-commit='{head}']").bounding_box()
+            at = await page.locator(f"rect.cut-mark[data-scope='{scope}']").bounding_box()
+            assert abs((dot["y"] + dot["height"] / 2) - (at["y"] + at["height"] / 2)) < 1
+        await _shot(page, "cut")
+
+        await c.write("alice", "after-the-cut.txt", b"later\n")
+        await c.write("bob", "bob-after.txt", b"later too\n")
+        await page.click(".chip.cut[data-cut='before']")
+        await page.wait_for_selector("#detail-body table.members")
+        rows = await page.eval_on_selector_all("table.members tr[data-scope]",
+                                               "els => els.map(e => e.dataset.scope)")
+        assert rows == ["alice", "bob", "root"]
+        assert "refs/corral/cuts/before" in await page.inner_text("#detail-body")
+
+        rewind = page.locator("#detail-body .actions", has_text="rewind the team")
+        await rewind.locator("input").fill("try again from the cut")
+        await rewind.locator("button").click()
+        answer = page.locator(".action-answer", has_text="rewound the team")
+        await answer.wait_for()
+        decisions = await answer.inner_text()
+        assert srv_scope(run, "alice").head != heads["alice"]  # the rewind is an effect on top
+        for scope in ("alice", "bob"):
+            s = srv_scope(run, scope)
+            assert coord.trace.commit(s.head).tree_id == coord.trace.commit(heads[scope]).tree_id
+            log = (await c.log(scope)).entries
+            assert log[-1].effect.kind == "scope.rewind"
+            assert log[-1].effect.cause in decisions  # one decision per member, shown
+
+        fork = page.locator("#detail-body .actions", has_text="fork the team")
+        await fork.locator("input").fill("again-")
+        await fork.locator("button").click()
+        await page.wait_for_selector(".action-answer:has-text('forked the team')")
+        for scope in ("alice", "bob", "root"):
+            child = srv_scope(run, "again-" + scope)
+            assert child.parent == scope
+            tree = coord.trace.commit(heads[scope]).tree_id
+            assert coord.trace.commit(child.head).tree_id == tree
+
+        await page.goto(run.srv.url + "/#cut=nope")
+        await page.wait_for_selector("#notice", state="visible")
+        assert "no cut named 'nope'" in await page.inner_text("#notice")
