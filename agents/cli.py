@@ -248,15 +248,20 @@ def mcp_cmd(
     ] = None,
     parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
                                         "one.")] = "root",
+    team: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="A team the scope is a member of: its task list, scratchpad and "
+                     "typed requests as tools too."),
+    ] = None,
 ) -> None:
-    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
-    over stdio; every change is reviewed by the supervisor first."""
+    """Serve one scope's tools (read, write, edit, run, messages, finish; with --team, the
+    team's) to an MCP client over stdio; every change is reviewed by the supervisor first."""
     from agents.mcp_server import serve_stdio
 
     if url is None and state is None:
         fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
     asyncio.run(serve_stdio(scope, url=url, token=token,
-                            state=str(state) if state else None, parent=parent))
+                            state=str(state) if state else None, parent=parent, team=team))
 
 
 @app.command("hook")

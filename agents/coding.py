@@ -1,10 +1,11 @@
 """The built-in coding agent: a small tool loop on any provider.
 
 Tools: read_file, list_files, write_file, edit (search/replace, or a unified diff), run (a
-transactional command), send_message (to another agent's inbox), finish. One *step* is one
-model call and the tools it asks for. Messages received since the last step are shown to the
-model as a user message. A blocked intent comes back as the tool's result with the
-supervisor's reason, so the model can adapt.
+transactional command), send_message (to another agent's inbox), finish; in a team, the
+team's tools too (`agents.team_tools`: its task list, scratchpad and typed requests). One
+*step* is one model call and the tools it asks for. Messages received since the last step
+are shown to the model as a user message. A blocked intent comes back as the tool's result
+with the supervisor's reason, so the model can adapt.
 
 How the trace reads: each model call is a `model.call` effect. Each tool the model asks for
 leaves one `tool.call` effect (what the model asked and what it was told, cause = the model
@@ -47,6 +48,15 @@ from .providers import (
     ToolSpec,
     ToolUse,
     UserMessage,
+)
+from .team_tools import (
+    TEAM_TOOL_NAMES,
+    TEAM_TOOLS,
+    LocalTeam,
+    TeamAccess,
+    call_team_tool,
+    message_text,
+    team_prompt,
 )
 
 __all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "message_note",
@@ -185,6 +195,7 @@ class CodingAgent:
         base: str | None = None,
         before_step: Callable[[], Awaitable[None]] | None = None,
         aliases: Mapping[str, str] | None = None,
+        team: TeamAccess | None = None,
     ) -> None:
         self.coord = coord
         self.scope = scope
@@ -207,6 +218,8 @@ class CodingAgent:
         team `agent-2` is `<tree>.<node>.agent-2`): messages go to the scope and are
         shown as from the name."""
         self._names = {scope: name for name, scope in self.aliases.items()}
+        self.team = team
+        """The agent's team (its tools act on it; give `tools` the team's, `TEAM_TOOLS`)."""
         self.lock = asyncio.Lock()
         self.stopped: str | None = None
         self.blocked = 0
@@ -222,9 +235,15 @@ class CodingAgent:
         if ctx.provider is None:
             raise ValueError("the builtin agent needs a model provider")
         caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
-        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system_prompt(ctx.messaging),
-                   tools=tools_for(ctx.tools, ctx.messaging), max_steps=ctx.budget.max_steps,
-                   max_tokens=ctx.budget.max_tokens)
+        system, tools = system_prompt(ctx.messaging), tools_for(ctx.tools, ctx.messaging)
+        team = None
+        if ctx.team is not None:  # a member of a team: its tools and its part in the prompt
+            member = ctx.coord.team(ctx.team).member(ctx.scope.name)
+            team = LocalTeam(member)
+            system += team_prompt(member.name, ctx.team, member.team.lead, member.team.members)
+            tools += TEAM_TOOLS
+        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system, tools=tools,
+                   max_steps=ctx.budget.max_steps, max_tokens=ctx.budget.max_tokens, team=team)
 
     @property
     def name(self) -> str:
@@ -286,7 +305,7 @@ class CodingAgent:
             return await self._result("token_limit", f"used {st.tokens} tokens")
         for m in self.scope.take_messages():
             sender = self._names.get(m.sender or "", m.sender) or "someone"
-            st.messages.append(UserMessage(text=message_note(sender, m.text)))
+            st.messages.append(UserMessage(text=message_text(m, sender)))
         note = self.notes.get(st.steps + 1)
         if note is not None:
             st.messages.append(UserMessage(text=note))
@@ -347,6 +366,8 @@ class CodingAgent:
                 raise ValueError(f"argument {key!r} must be a string")
             return value
 
+        if self.team is not None and use.name in TEAM_TOOL_NAMES:
+            return await call_team_tool(self.team, use.name, args, cause=cause)
         try:
             match use.name:
                 case "read_file":

@@ -41,6 +41,7 @@ from ..records._effects import (
 from ..records._errors import (
     CorralError,
     MergeError,
+    NotFound,
     PathError,
     RewindError,
     SandboxFailure,
@@ -59,6 +60,7 @@ from ._live import LiveWrites, attach_live
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
+    from ._team import TeamMember
 
 __all__ = ["Scope"]
 
@@ -421,6 +423,20 @@ class Scope:
         """Messages received since the last call, oldest first."""
         messages, self.inbox = self.inbox, []
         return messages
+
+    def team(self, name: str | None = None) -> TeamMember:
+        """This scope as a member of team `name` (default: the one team it is in), to
+        change the team's task list, scratchpad and requests (`TeamMember`). Raises
+        NotFound when it is in no such team (or, without a name, in none or several)."""
+        from ._team import Team
+
+        teams = [t for t in self.runtime.teams.values() if isinstance(t, Team)
+                 and self.name in t.info.members.values() and name in (None, t.name)]
+        if len(teams) != 1:
+            which = f"team {name!r}" if name else "one team" if not teams else \
+                f"one team but in {', '.join(sorted(t.name for t in teams))}"
+            raise NotFound(f"scope {self.name!r} is not in {which}")
+        return teams[0].member(self.name)
 
     # -- history ------------------------------------------------------------------
 
