@@ -34,7 +34,8 @@ from ..records._errors import MergeError
 from ._gitdir import merge_tree, tree_bytes
 from ._gitnames import entry
 
-__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
+__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "marker_size",
+           "merge_driver", "settle"]
 
 Side = tuple[str, int]
 """(blob id, mode) of one version of a path."""
@@ -122,36 +123,37 @@ def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash) -> Side
 
 
 def histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], variant: Variant
-) -> list[bytes]:
+    files: Sequence[tuple[bytes | None, bytes, bytes]], variant: Variant, *, diff3: bool = False,
+) -> list[tuple[bytes, bool]]:
     """Each (ancestor, ours, theirs) text merged as git's default merge does,
-    with `variant` "union", "ours" or "theirs" (never a conflict)."""
+    with `variant` "union", "ours" or "theirs" (never a conflict) or "fail":
+    (the merged text, whether it conflicts). A conflicted text is marked in
+    merge style, or diff3 style with `diff3`, with markers of
+    `marker_size(...)` of the texts."""
     if not files:
         return []
-    return _histogram_merge(files, variant)
+    return _histogram_merge(files, variant, diff3)
 
 
 def _histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: Variant
-) -> list[bytes]:
+    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: Variant, diff3: bool,
+) -> list[tuple[bytes, bool]]:
     """Merge each (ancestor, ours, theirs) text as git's default merge does.
 
     One merge by a running `git merge-tree --write-tree --stdin` (see
-    `_scratch.MergeTree`) of three commits made of just these files (flat
+    `_gitdir.MergeTree`) of three commits made of just these files (flat
     names, so no renames are found among them). "union" sets the
     `merge=union` attribute; for "ours"/"theirs" (git 2.39's merge-tree has no
     `-X`) the conflicts come back marked in merge style and each is replaced
-    by the favored side, as xdiff's favor does after the same refinement.
+    by the favored side: xdiff applies a favor only when it writes the result,
+    after the same conflict refinement (xmerge.c, `xdl_fill_merge_buffer`).
     """
-    texts = [x for f in files for x in f if x]
-    marker = _MARKER_SIZE
-    if strategy != "union" and any(m in x for x in texts for m in _MARKERS):
-        longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
-        marker = max(marker, longest + 7)
+    marker = marker_size(files)
     attributes = "* merge=union\n" if strategy == "union" else \
         f"* merge=text conflict-marker-size={marker}\n"
+    config = "[merge]\n\tconflictStyle = diff3\n" if diff3 else ""
     names = [f"{i:06d}" for i in range(len(files))]
-    server = merge_tree(attributes)
+    server = merge_tree(attributes, config)
     with server.session() as git:
         def tree(k: int) -> str:
             entries = {}
@@ -164,24 +166,34 @@ def _histogram_merge(
         base = git.commit(tree(0))
         ours, theirs = git.commit(tree(1), [base]), git.commit(tree(2), [base])
         try:
-            result, _ = server.merge(ours, theirs)
+            result, conflicted = server.merge(ours, theirs)
         except OSError as e:
             raise MergeError(f"git merge-tree failed: {e}", cause=e) from e
         kind, raw = git.read(result)
         assert kind == ObjectType.TREE
         ids = {name.decode(): oid.hex() for _, name, oid in _TREE_ENTRY.findall(raw)}
         merged = [git.read(ids[n])[1] for n in names]
-    if strategy == "union":
-        return merged
-    return [_take_side(m, f[1], f[2], marker, strategy == "ours")
+    if strategy in ("union", "fail"):
+        return [(m, n in conflicted) for m, n in zip(merged, names, strict=True)]
+    return [(_take_side(m, f[1], f[2], marker, strategy == "ours"), False)
             for m, f in zip(merged, files, strict=True)]
 
 
-_MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>")
+def marker_size(files: Sequence[tuple[bytes | None, bytes, bytes]]) -> int:
+    """Conflict markers longer than any run of `<`, `=`, `|` or `>` that starts
+    a line of these texts, so that a marker line is never a line of a file."""
+    texts = [x for f in files for x in f if x]
+    if not any(m in x for x in texts for m in _MARKERS):
+        return _MARKER_SIZE
+    longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
+    return max(_MARKER_SIZE, longest + 7)
+
+
+_MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>", b"|||||||")
 _MARKER_SIZE = 32
 """Conflict markers this long never occur in real files; a file with lines
 starting with a run of markers as long gets longer ones (another git process)."""
-_MARKER_RUN = re.compile(rb"^(<+|=+|>+)", re.M)
+_MARKER_RUN = re.compile(rb"^(<+|=+|>+|\|+)", re.M)
 _TREE_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
 
 

@@ -26,7 +26,15 @@ import pygit2
 from ..records._effects import MergeStrategy
 from ..records._merges import Conflict, ConflictKind, Hunk, MergeResult, Resolver
 from . import _pygit2
-from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
+from ._favor import (
+    Side,
+    TextMerge,
+    Variant,
+    histogram_merge,
+    marker_size,
+    merge_driver,
+    settle,
+)
 from ._gitnames import entry
 from ._pygit2 import FileMerge
 from ._trace import Trace
@@ -41,13 +49,18 @@ def merge_file(
     ours: tuple[str, int],
     theirs: tuple[str, int],
     strategy: MergeStrategy = "fail",
+    *,
+    diff3: bool | None = None,
+    marker_size: int = 0,
 ) -> FileMerge:
     """libgit2's three-way file merge (Myers diff) with a favor: diff3-style
-    markers for "fail" (the hunks carry the ancestor's lines), merge style for
-    a favor, as git's own drivers (diff3 style stops xdiff from trimming the
-    lines both sides share at a conflict's edges before it takes a side)."""
+    markers for "fail" (the hunks carry the ancestor's lines; `diff3=False`
+    gives merge style, git's default), merge style for a favor, as git's own
+    drivers (diff3 style stops xdiff from trimming the lines both sides share
+    at a conflict's edges before it takes a side). `marker_size` 0: git's 7."""
     return _pygit2.merge_file(repo, path, ancestor, ours, theirs, strategy,
-                              diff3=strategy == "fail")
+                              diff3=strategy == "fail" if diff3 is None else diff3,
+                              marker_size=marker_size)
 
 
 class _Texts(pygit2.OdbBackend):
@@ -91,8 +104,10 @@ def merge_texts(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     return merged.contents if merged.automergeable else None
 
 
-def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:
-    """Conflict regions from diff3-style marker text, with our line numbers."""
+def parse_hunks(merged: bytes, marker: int = 7) -> tuple[Hunk, ...]:
+    """Conflict regions from diff3-style marker text (markers `marker` long),
+    with our line numbers."""
+    start_, base_, mid_, end_ = ("<" * marker, "|" * marker, "=" * marker, ">" * marker)
     hunks: list[Hunk] = []
     ours_line = 1
     state = "text"
@@ -102,24 +117,24 @@ def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:
     start = 1
     for raw in merged.decode("utf-8", "replace").splitlines():
         if state == "text":
-            if raw.startswith("<<<<<<<"):
+            if raw.startswith(start_):
                 state, start, ours, base, theirs = "ours", ours_line, [], [], []
             else:
                 ours_line += 1
         elif state == "ours":
-            if raw.startswith("|||||||"):
+            if raw.startswith(base_):
                 state = "base"
-            elif raw.startswith("======="):
+            elif raw.startswith(mid_):
                 state = "theirs"
             else:
                 ours.append(raw)
         elif state == "base":
-            if raw.startswith("======="):
+            if raw.startswith(mid_):
                 state = "theirs"
             else:
                 base.append(raw)
         elif state == "theirs":
-            if raw.startswith(">>>>>>>"):
+            if raw.startswith(end_):
                 hunks.append(Hunk(start, tuple(ours), tuple(base), tuple(theirs)))
                 ours_line += len(ours)
                 state = "text"
@@ -210,48 +225,48 @@ class _ThreeWay:
     def content(self, out: str, anc: Side | None, o: Side, t: Side,
                 at: tuple[str, str]) -> None:
         """A file both sides changed, to `out`: settled as git settles it (see
-        `_favor.settle`), merged line by line in process for "fail", or left
-        for the favored merges' one git run."""
+        `_favor.settle`), or a text merge left for the one git run
+        (`favored_texts`)."""
         driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, out)
         settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
         if isinstance(settled, str):
             self.conflict(out, settled, anc, o, t, at)
         elif isinstance(settled, tuple):
             self.take(out, settled)
-        elif settled.variant != "fail":
-            self.pending.append((out, settled, anc, o, t, at))
         else:
-            self.line_merge(out, settled, anc, o, t, at)
+            self.pending.append((out, settled, anc, o, t, at))
 
-    def line_merge(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
-                   at: tuple[str, str]) -> None:
-        """libgit2's merge of a text file (strategy "fail"): the merged text,
-        or the conflict with its hunks."""
-        merged = merge_file(self.trace.repo, out, how.ancestor, o, t, "fail")
-        if not merged.automergeable:
-            hunks = parse_hunks(merged.contents)
+    def merged_text(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
+                    at: tuple[str, str], data: bytes, conflicted: bool, marker: int) -> None:
+        """A text merge's outcome at `out`: the merged file, or the conflict
+        (with its hunks from `data`, diff3-marked), or a mode conflict."""
+        if conflicted:
             kind: ConflictKind = "content" if anc is not None else "add/add"
-            self.conflict(out, "binary" if not hunks and not merged.contents else kind,
-                          anc, o, t, at, hunks)
+            self.conflict(out, kind, anc, o, t, at, parse_hunks(data, marker))
         elif not how.mode_clean:
             self.conflict(out, "mode", anc, o, t, at)
         else:
-            self.take(out, (self.trace.write_blob(merged.contents), how.mode))
+            self.take(out, (self.trace.write_blob(data), how.mode))
 
     def favored_texts(self) -> None:
-        """The favored text merges, one git run per variant (almost always one)."""
-        variants: tuple[Variant, ...] = ("union", "ours", "theirs")
+        """The text merges, all done by git, one run per variant (almost always
+        one). A "fail" merge that conflicts runs again in diff3 style, for its
+        hunks (their ancestor lines)."""
+        variants: tuple[Variant, ...] = ("union", "ours", "theirs", "fail")
         for variant in variants:
             todo = [p for p in self.pending if p[1].variant == variant]
             if not todo:
                 continue
             texts = [how.texts for _, how, *_ in todo]
-            for (out, how, anc, o, t, at), data in zip(
-                    todo, histogram_merge(texts, variant), strict=True):
-                if how.mode_clean:
-                    self.take(out, (self.trace.write_blob(data), how.mode))
-                else:
-                    self.conflict(out, "mode", anc, o, t, at)
+            results = histogram_merge(texts, variant)
+            clashes = [i for i, (_, conflicted) in enumerate(results) if conflicted]
+            marked = dict(zip(clashes, histogram_merge([texts[i] for i in clashes], variant,
+                                                       diff3=True), strict=True))
+            marker = marker_size([texts[i] for i in clashes])
+            for i, ((out, how, anc, o, t, at), (data, conflicted)) in enumerate(
+                    zip(todo, results, strict=True)):
+                data = marked[i][0] if conflicted else data
+                self.merged_text(out, how, anc, o, t, at, data, conflicted, marker)
 
     def renames(self) -> None:
         """A file one side renamed and the other edited in place: the edit
@@ -270,10 +285,8 @@ class _ThreeWay:
             self.done.add(old)  # stays deleted: ours moved it
             if t is not None:
                 self.content(new, _side(self.base_t, old), o, t, (new, old))
-            elif self.strategy == "fail":
+            else:  # git's rename/delete, under every strategy
                 self.conflict(new, "modify/delete", _side(self.base_t, old), o, None, (new, old))
-            elif self.strategy == "theirs":
-                self.changes[new] = None
         for old, new in theirs_moves.items():
             o, t = d_ours[old], d_theirs[new]
             assert t is not None
@@ -281,22 +294,17 @@ class _ThreeWay:
             if o is not None:
                 self.content(new, _side(self.base_t, old), o, t, (old, new))
                 self.changes[old] = None
-            elif self.strategy == "fail":
+            else:  # git's rename/delete, under every strategy
                 self.conflict(new, "modify/delete", _side(self.base_t, old), None, t, (old, new))
-            elif self.strategy in ("theirs", "union"):
-                self.changes[new] = t
 
     def renamed_twice(self, old: str, new_o: str, new_t: str) -> None:
+        """One file renamed to two names: git's rename/rename, a conflict at all
+        three paths under every strategy (a favor settles only file contents)."""
         o, t = self.d_ours[new_o], self.d_theirs[new_t]
         self.done.update((old, new_t))
-        if self.strategy == "fail":
-            anc = _side(self.base_t, old)
-            for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
-                self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
-        elif self.strategy == "theirs":
-            self.changes[new_o], self.changes[new_t] = None, t
-        elif self.strategy == "union":
-            self.changes[new_t] = t
+        anc = _side(self.base_t, old)
+        for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
+            self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
 
     def paths(self) -> None:
         """Every other path their side changed."""
@@ -315,12 +323,8 @@ class _ThreeWay:
                 continue
             if o is not None and t is not None:
                 self.content(path, _side(self.base_t, path), o, t, (path, path))
-            elif self.strategy == "fail":
+            else:  # a favor settles only file contents: git's -X leaves this
                 self.conflict(path, "modify/delete", _side(self.base_t, path), o, t)
-            else:
-                pick = {"ours": o, "theirs": t, "union": o if o is not None else t}[self.strategy]
-                if pick != o:
-                    self.changes[path] = pick
 
     def resolve(self, resolver: Resolver) -> None:
         """Each conflict through `resolver`; those it cannot settle remain."""

@@ -249,8 +249,8 @@ def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
             for line in (b"A\n", b"B\n"):
                 tree = _scratch.tree_bytes({"f": (git.blob(b"x\n" + line + b"same\n"), 0o100644)})
                 sides.append(git.commit(git.write(ObjectType.TREE, tree), [base]))
-            merged, clean = server.merge(*sides)
-            assert server._proc is None and clean
+            merged, conflicted = server.merge(*sides)
+            assert server._proc is None and not conflicted
             _, raw = git.read(merged)
             oid = raw.split(b"\0", 1)[1][:20].hex()
             assert git.read(oid)[1] == b"x\nA\nB\nsame\n"  # the issue's smallest case
@@ -258,13 +258,10 @@ def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
         server.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: strategy 'fail' merges text with "
-                   "libgit2's Myers diff, git's merge with histogram; here Myers finds two "
-                   "separate insertions and merges clean where git conflicts")
 def test_fail_verdict_where_myers_and_histogram_disagree():
-    """Found by the attribute law (hypothesis) in this stop: an `A` inserted above
-    three equal lines on one side and between the first two on the other. `git merge`
-    conflicts; `git merge-file` (Myers, like libgit2) merges clean; Corral's `fail`
-    merge gives libgit2's answer. Strict: it fails the suite once the merge is git's."""
+    """Found by the attribute law (hypothesis): an `A` inserted above three equal
+    lines on one side and between the first two on the other. `git merge`
+    (histogram) conflicts; `git merge-file` and libgit2 (Myers) merge clean, as
+    Corral's `fail` merge did while it merged text with libgit2."""
     assert_as_git("fail", {"g.txt": b"a\na\na\n"}, {"g.txt": b"A\na\na\na\n"},
                   {"g.txt": b"a\nA\na\na\n"})
