@@ -12,11 +12,17 @@ Strategy "union" is git with `* merge=union` in `info/attributes`, which
 outranks every in-tree line. Files with a NUL in their first 8000 bytes are
 binary to every driver.
 
-Text merges with a favor or the union driver are git's own: git's default
-merge (ort) diffs with histogram; libgit2, which Corral uses for strategy
-"fail", has only Myers, and the two place some hunks differently. So those
-files go, all in one run, through one running `git merge-tree --write-tree
---stdin` (`_scratch.MergeTree`) that merges three commits made of just them.
+Text merges are git's own, for every strategy: git's default merge (ort)
+diffs with histogram; libgit2 has only Myers, and the two place some hunks
+differently. So those files go, all in one run, through one running `git
+merge-tree --write-tree --stdin` (`_gitdir.MergeTree`) that merges three
+commits made of just them: "union" with a `merge=union` attribute; "fail" as
+it is (and again in diff3 style for a conflict's hunks); "ours"/"theirs" in
+merge style with long markers, each conflict then replaced by the favored
+side. That is what `-X ours|theirs` writes (git 2.39's merge-tree has no
+`-X`): xdiff applies a favor only as it writes the result, to the conflicts
+its refinement left (xmerge.c, `xdl_fill_merge_buffer`), and a favored side
+gets no line end added where the file has none.
 """
 
 from __future__ import annotations
@@ -189,6 +195,14 @@ def marker_size(files: Sequence[tuple[bytes | None, bytes, bytes]]) -> int:
     return max(_MARKER_SIZE, longest + 7)
 
 
+def _lines(text: bytes) -> list[bytes]:
+    """xdiff's lines: each up to and with its `\\n` (a lone CR is inside a
+    line), the last maybe without."""
+    lines = [line + b"\n" for line in text.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
 _MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>", b"|||||||")
 _MARKER_SIZE = 32
 """Conflict markers this long never occur in real files; a file with lines
@@ -209,7 +223,7 @@ def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours
     out: list[bytes] = []
     side: list[bytes] = []
     state = 0  # 0 outside, 1 in ours, 2 in theirs
-    lines = merged.splitlines(keepends=True)
+    lines = _lines(merged)
     for n, line in enumerate(lines):
         bare = line.rstrip(b"\r\n")
         if state == 0 and line.startswith(start) and (len(bare) == marker or bare[marker:

@@ -5,18 +5,18 @@ merge works from the two diffs against the merge base instead: a path changed
 on one side only is taken as it is, a path changed on both goes through a
 three-way file merge. Conflicts come back as data.
 
-Which file merge: with strategy "fail", libgit2's (in process, diff3 markers
-parsed into hunks). Its verdicts agree with git's on every CooperBench gold pair
-and nearly always on generated ones, but not always: Myers (libgit2) and
-histogram (git's merge) can align repeated lines differently, and one may find
-two separate changes where the other finds one clash (a known gap, pinned by
-tests/coordinator/test_merge_favors.py's strict xfail). With a
-favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
-cannot give git's: it diffs with Myers where git's default merge (ort) uses
-histogram, which places some hunks differently. So those files go, all in one
-run, through git's own merge (`_favor.histogram_merge`). Before any line
-merge, `_favor.settle` settles what git settles by type, mode and the
-merge driver ours' `.gitattributes` name.
+Which file merge: git's own, for every strategy. libgit2 diffs with Myers;
+git's default merge (ort) with histogram, and the two align repeated lines
+differently: one finds two separate changes where the other finds one clash
+(so "fail" verdicts differed), and a favor takes a different side of a
+differently placed conflict (so "ours"/"theirs"/"union" texts differed). So
+the text files both sides changed go, all in one run, through a running `git
+merge-tree --write-tree` (`_favor.histogram_merge`): a merge that has such a
+file costs that run (~1 ms), one that has none runs no git at all. Before any
+line merge, `_favor.settle` settles what git settles by type, mode and the
+merge driver ours' `.gitattributes` name. A favor settles file contents
+only, as git's `-X` and `merge=union` do: modify/delete, rename/delete,
+rename/rename and file/directory clashes conflict under every strategy.
 """
 
 from __future__ import annotations
@@ -271,9 +271,11 @@ class _ThreeWay:
     def renames(self) -> None:
         """A file one side renamed and the other edited in place: the edit
         follows the file to its new name, as in git (whose rename detection
-        this uses). Renamed on one side and deleted on the other: a conflict
-        at the new name; renamed to two different names: a conflict at all
-        three (or, with a favor, the favored names)."""
+        this uses). Under every strategy (a favor settles only contents):
+        renamed on one side and deleted on the other, a conflict at the new
+        name; renamed to two different names, a conflict at all three; renamed
+        by both to one name, merged there. A rename onto a path the other side
+        added is git's rename/add (`collision`)."""
         d_ours, d_theirs = self.d_ours, self.d_theirs
         ours_moves = _renames(self.trace, self.base_tree, self.ours_tree, d_ours, d_theirs)
         theirs_moves = _renames(self.trace, self.base_tree, self.theirs_tree, d_theirs, d_ours)
@@ -283,28 +285,79 @@ class _ThreeWay:
             o, t = d_ours[new], d_theirs[old]
             assert o is not None
             self.done.add(old)  # stays deleted: ours moved it
-            if t is not None:
+            if new in d_theirs:
+                self.done.add(new)
+                self.collision(old, new, "ours")
+            elif t is not None:
                 self.content(new, _side(self.base_t, old), o, t, (new, old))
-            else:  # git's rename/delete, under every strategy
+            else:  # git's rename/delete
                 self.conflict(new, "modify/delete", _side(self.base_t, old), o, None, (new, old))
         for old, new in theirs_moves.items():
             o, t = d_ours[old], d_theirs[new]
             assert t is not None
             self.done.update((old, new))
-            if o is not None:
+            if new in d_ours:
+                self.collision(old, new, "theirs")
+            elif o is not None:
                 self.content(new, _side(self.base_t, old), o, t, (old, new))
                 self.changes[old] = None
-            else:  # git's rename/delete, under every strategy
+            else:  # git's rename/delete
                 self.conflict(new, "modify/delete", _side(self.base_t, old), None, t, (old, new))
 
     def renamed_twice(self, old: str, new_o: str, new_t: str) -> None:
-        """One file renamed to two names: git's rename/rename, a conflict at all
-        three paths under every strategy (a favor settles only file contents)."""
+        """One file renamed by both sides: to one name, merged there over the
+        old file (git's rename/rename(1to1)); to two names, git's rename/rename,
+        a conflict at all three paths."""
         o, t = self.d_ours[new_o], self.d_theirs[new_t]
         self.done.update((old, new_t))
         anc = _side(self.base_t, old)
+        if new_o == new_t:
+            assert o is not None and t is not None
+            if o != t:
+                self.content(new_o, anc, o, t, (new_o, new_t))
+            return
         for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
             self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
+
+    def collision(self, old: str, new: str, renamer: str) -> None:
+        """`renamer` moved `old` to `new`, where the other side added a file:
+        git's rename/add. Deleted on the other side: a conflict at `new`
+        (git's rename/delete). Edited there: the rename's own merge first
+        (the old file's two versions over the ancestor, with the strategy),
+        then that result and the added file merged two ways at `new`; a first
+        merge that conflicts leaves `new` conflicting."""
+        anc = _side(self.base_t, old)
+        moved, added = (self.d_ours, self.d_theirs) if renamer == "ours" else \
+            (self.d_theirs, self.d_ours)
+        kept, there, mine = added[old], added[new], moved[new]
+        assert mine is not None and there is not None
+        o, t = (mine, there) if renamer == "ours" else (there, mine)
+        if kept is None:
+            self.conflict(new, "modify/delete", anc, o if renamer == "ours" else None,
+                          t if renamer == "theirs" else None, (new, new))
+            return
+        if renamer == "theirs":
+            self.changes[old] = None
+        first = self.merged_now(new, anc, *((mine, kept) if renamer == "ours" else (kept, mine)))
+        if first is None:
+            self.conflict(new, "add/add", anc, o, t, (new, new))
+        elif renamer == "ours":
+            self.content(new, None, first, there, (new, new))
+        else:
+            self.content(new, None, there, first, (new, new))
+
+    def merged_now(self, path: str, anc: Side | None, o: Side, t: Side) -> Side | None:
+        """The clean merge of one file, done at once (None: a conflict)."""
+        driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, path)
+        settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
+        if isinstance(settled, str):
+            return None
+        if isinstance(settled, tuple):
+            return settled
+        [(data, conflicted)] = histogram_merge([settled.texts], settled.variant)
+        if conflicted or not settled.mode_clean:
+            return None
+        return self.trace.write_blob(data), settled.mode
 
     def paths(self) -> None:
         """Every other path their side changed."""
@@ -366,31 +419,37 @@ def _renames(
     d_other: dict[str, tuple[str, int] | None],
 ) -> dict[str, str]:
     """Files `side` renamed (old path -> new path) that the other side changed
-    (edited or deleted) at the old path and did not touch at the new one. Looked
-    for only when there is such a file, so a merge without one pays nothing;
-    found with libgit2's rename detection (git's default: 50 % similar).
+    (edited or deleted) at the old path. Looked for only when there is such a
+    file, so a merge without one pays nothing; found with libgit2's rename
+    detection (git's default: 50 % similar). Empty files are never renamed
+    (git's merge sets `rename_empty` off).
 
     Renames pair files deleted with files added, nothing else, so the
     detection runs on two small trees holding just those (cost follows the
     change, not the ~20 ms of a whole-tree diff at 16k files)."""
     candidates = {p for p, v in d_side.items() if v is None and p in d_other}
-    if not candidates or not any(v is not None and p not in d_other for p, v in d_side.items()):
+    if not candidates or not any(v is not None for v in d_side.values()):
         return {}
     base = trace.tree(base_tree)
     gone: dict[str, tuple[str, int] | None] = {}
     for p, v in d_side.items():
-        if v is None and (was := _side(base, p)) is not None:
+        if v is None and (was := _side(base, p)) is not None and was[0] != _EMPTY:
             gone[p] = was
-    added = {p: v for p, v in d_side.items() if v is not None and _side(base, p) is None}
+    added = {p: v for p, v in d_side.items()
+             if v is not None and v[0] != _EMPTY and _side(base, p) is None}
     old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
     diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
     out: dict[str, str] = {}
     for delta in diff.deltas:
         old, new = delta.old_file.path, delta.new_file.path
-        if delta.status_char() == "R" and old in candidates and new not in d_other:
+        if delta.status_char() == "R" and old in candidates:
             out[old] = new
     return out
+
+
+_EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+"""The empty blob's id."""
 
 
 def _blocked_by_file_or_dir(ours: pygit2.Tree, path: str) -> bool:

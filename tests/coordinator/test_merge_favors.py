@@ -1,15 +1,17 @@
 """Laws: merges with a favor give git's trees.
 
-On generated three-way cases, the tree of Corral's merge with strategy
-"union", "ours" or "theirs" equals the tree `git merge` makes (git's default
-strategy, ort, diffing with histogram) with a `* merge=union` attribute, or
-with `-X ours` / `-X theirs`. Only the cases git merges without a conflict are
-compared (with these options a content conflict cannot remain; a structural
-one, such as modify/delete, can, and Corral settles it its own way).
+On generated three-way cases of text edits, the tree of Corral's merge with
+strategy "union", "ours" or "theirs" equals the tree `git merge` makes (git's
+default strategy, ort, diffing with histogram) with a `* merge=union`
+attribute, or with `-X ours` / `-X theirs`. Here only edits are generated, so
+git merges every case; `test_merge_laws.py` runs every strategy on cases with
+deletions, renames and binary files too, where git can leave a conflict under
+`-X` (modify/delete and the like) and Corral must leave the same.
 
 A fixture of real-shaped cases that differed before (diff3 style kept the
 shared lines at a conflict's edges in a union; Myers placed hunks where
-histogram does not) is checked against git the same way.
+histogram does not) is checked against git the same way. The helpers
+(`merged`, `assert_as_git`) are the reference the other merge laws use.
 """
 
 from __future__ import annotations
