@@ -325,7 +325,10 @@ class _ThreeWay:
         (git's rename/delete). Edited there: the rename's own merge first
         (the old file's two versions over the ancestor, with the strategy),
         then that result and the added file merged two ways at `new`; a first
-        merge that conflicts leaves `new` conflicting."""
+        merge that conflicts leaves `new` conflicting. Where both sides wrote
+        the same entry at `new`, git has matched the two before it looks at
+        renames and keeps what stands at ours' stage: the rename's merge when
+        ours renamed, ours' file when theirs did."""
         anc = _side(self.base_t, old)
         moved, added = (self.d_ours, self.d_theirs) if renamer == "ours" else \
             (self.d_theirs, self.d_ours)
@@ -338,9 +341,13 @@ class _ThreeWay:
             return
         if renamer == "theirs":
             self.changes[old] = None
+            if mine == there:  # git matched the two sides at `new` first: ours stays
+                return
         first = self.merged_now(new, anc, *((mine, kept) if renamer == "ours" else (kept, mine)))
         if first is None:
             self.conflict(new, "add/add", anc, o, t, (new, new))
+        elif mine == there:  # matched first: the rename's merge is taken whole
+            self.take(new, first)
         elif renamer == "ours":
             self.content(new, None, first, there, (new, new))
         else:

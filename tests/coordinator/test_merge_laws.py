@@ -66,6 +66,12 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
     ("rename/add, theirs renames", {"f.txt": BODY},
      {"f.txt": BODY.replace(b"b0\n", b"B0\n"), "r.txt": b"x10\n"},
      {"f.txt": None, "r.txt": BODY + b"A0\n"}),
+    # ours renames f.txt onto both.txt, which theirs adds the same: git matched the
+    # two sides first and keeps the rename's merge (theirs' mode bit and all)
+    ("rename onto the same addition", {"f.txt": b"\0"},
+     {"f.txt": None, "both.txt": b"\0"}, {"f.txt": ("exec", b"\0"), "both.txt": b"\0"}),
+    ("rename onto the same addition, theirs renames", {"f.txt": b"\0"},
+     {"f.txt": ("exec", b"\0"), "both.txt": b"\0"}, {"f.txt": None, "both.txt": b"\0"}),
     # git never renames an empty file
     ("empty file", {"f.txt": b"", "g.txt": BODY}, {"f.txt": None, "g.txt": None},
      {"g.txt": ("exec", BODY), "f.txt": None, "r.txt": b""}),
