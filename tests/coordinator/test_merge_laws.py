@@ -9,7 +9,7 @@ plain, with `* merge=union` in `.git/info/attributes`, and with `-X ours` /
 (under -X too: modify/delete, rename/delete, rename/rename, binary under union),
 Corral conflicts at the same paths (`test_merge_favors.assert_as_git`).
 
-The suite runs a few hundred cases per strategy (slow); the fast law a few dozen.
+The suite runs a few hundred cases per strategy (slow); the fast law ten.
 `CORRAL_MERGE_EXAMPLES=1000` runs the slow law with that many per strategy:
 
     CORRAL_MERGE_EXAMPLES=1000 python -m pytest -m slow tests/coordinator/test_merge_laws.py
@@ -40,7 +40,7 @@ def test_every_strategy_merges_as_git_merge(strategy: str, case: tuple[Files, Fi
 
 
 @pytest.mark.parametrize("strategy", ALL)
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=cases())
 def test_every_strategy_merges_as_git_merge_fast(strategy: str, case: tuple[Files, Files, Files]):
     """The same law on fewer cases, in the fast suite."""
