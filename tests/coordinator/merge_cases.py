@@ -11,7 +11,10 @@ or on both at one path (add/add).
 
 Each file draws its lines from its own set (`a3`, `}3`, ...), so two different files
 are never alike to git's or libgit2's rename detection, which score similarity
-differently; a renamed file keeps most of its lines, so both find the rename.
+differently; a renamed file keeps most of its lines, so both find the rename. Left
+out, as known gaps of Corral's merge (docs/scopes.md): two different files renamed
+onto one name (git's rename/rename 2to1), directory renames, and similarity near
+git's 50 % threshold.
 """
 
 from __future__ import annotations
@@ -80,9 +83,12 @@ def _content(entry: Entry) -> bytes:
 
 
 @st.composite
-def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int) -> Files:
-    """One side's changes to `base`."""
+def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int,
+         other: Files | None = None) -> Files:
+    """One side's changes to `base` (`other`: the other side's, whose rename
+    targets this side renames no other file onto)."""
     out: Files = {}
+    theirs_moves = _moves(base, other or {})
     for path, entry in base.items():
         k = sets[path]
         data = _content(entry)
@@ -98,8 +104,8 @@ def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int) -> 
         elif action.startswith("rename") and len(data.splitlines()) >= 8:
             folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
             to = folder + draw(st.sampled_from(RENAMED))
-            if to in base or to in out:
-                continue
+            if to in base or to in out or theirs_moves.get(to, path) != path:
+                continue  # two files renamed onto one name: a known gap
             new = draw(edited(data, k, most=1)) if action == "rename+edit" else data
             out[path], out[to] = None, new if isinstance(entry, bytes) else (entry[0], new)
     if draw(st.integers(0, 3)) == 0:
@@ -107,6 +113,15 @@ def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int) -> 
         if to not in base and to not in out:
             out[to] = draw(body(first_new))
     return out
+
+
+def _moves(base: Files, changes: Files) -> dict[str, str]:
+    """target -> source of the renames `changes` make (content kept or edited:
+    a target whose source is the deleted file of the same file set)."""
+    gone = [p for p, v in changes.items() if v is None and p in base]
+    added = [p for p, v in changes.items() if v is not None and p not in base]
+    return {to: src for to in added for src in gone
+            if src.rsplit("/", 1)[0] == to.rsplit("/", 1)[0] or "/" not in src + to}
 
 
 @st.composite
@@ -120,7 +135,7 @@ def cases(draw: st.DrawFn) -> tuple[Files, Files, Files]:
         data = draw(body(sets[p], min_lines=draw(st.sampled_from([0, 8]))))
         base[p] = ("exec", data) if draw(st.integers(0, 7)) == 0 else data
     ours = draw(side(base, sets, 10))
-    theirs = draw(side(base, sets, 20))
+    theirs = draw(side(base, sets, 20, ours))
     if draw(st.integers(0, 4)) == 0:  # both add one path (add/add)
         to = draw(st.sampled_from(DIRS)) + "both.txt"
         ours[to] = draw(body(30))
