@@ -112,20 +112,24 @@ def settle(
     if strategy == "union":  # `* merge=union` in info/attributes outranks the tree's
         driver = "union"
     variant: Variant = "union" if driver == "union" else strategy
-    if driver == "binary":
-        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+    if driver == "binary":  # a side taken whole still carries the mode clash
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary", mode_clean)
     two_way = anc is None or a_mode >> 12 != o_mode >> 12
     base_text = blob(anc[0]) if anc is not None and not two_way else None
     texts = (base_text, blob(ours[0]), blob(theirs[0]))
     if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
         # git's binary merge: the favored side, else a conflict (union has no favor)
-        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary", mode_clean)
     return TextMerge(None if two_way else anc, texts, variant, mode, mode_clean)
 
 
-def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash) -> Side | Clash:
-    """A side taken whole: git's favor, or a conflict (no favor, or union)."""
-    return ours if variant == "ours" else theirs if variant == "theirs" else kind
+def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash,
+          mode_clean: bool = True) -> Side | Clash:
+    """A side taken whole: git's favor, or a conflict (no favor, or union; or
+    the favored side with modes that clash)."""
+    if variant not in ("ours", "theirs"):
+        return kind
+    return (ours if variant == "ours" else theirs) if mode_clean else "mode"
 
 
 def histogram_merge(

@@ -72,6 +72,9 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
      {"f.txt": None, "both.txt": b"\0"}, {"f.txt": ("exec", b"\0"), "both.txt": b"\0"}),
     ("rename onto the same addition, theirs renames", {"f.txt": b"\0"},
      {"f.txt": ("exec", b"\0"), "both.txt": b"\0"}, {"f.txt": None, "both.txt": b"\0"}),
+    # a binary file taken whole under a favor still conflicts on a mode clash
+    ("binary side with a mode clash", {"f.txt": b"\0a0\n"},
+     {"f.txt": None, "s.txt": b"\0a0\n"}, {"f.txt": ("exec", b"\0a0\n"), "s.txt": b"\0"}),
     # git never renames an empty file
     ("empty file", {"f.txt": b"", "g.txt": BODY}, {"f.txt": None, "g.txt": None},
      {"g.txt": ("exec", BODY), "f.txt": None, "r.txt": b""}),
