@@ -59,6 +59,9 @@ class ForkPoint:
     reason: str
     """Why here: `blocked agent-2#4`, `decision agent-1#9`, `every 2`, `effect agent-1#5`,
     `select`."""
+    about: str | None = None
+    """For an intervention: the effect it is (the blocked intent, the supervisor
+    decision)."""
 
 
 def _line(trace: Trace, head: str) -> list[TraceEntry]:
@@ -106,33 +109,33 @@ def fork_points(
         own = [i for i, e in enumerate(line) if e.effect is not None
                and e.effect.scope == member and e.effect.seq > 0]
         ids = {eff.id: i for i in own if (eff := line[i].effect) is not None}
-        wanted: list[tuple[int, str]] = []
+        wanted: list[tuple[int, str, str | None]] = []
         calls = [i for i in own if _is_call(line[i])]
         if interventions:
             wanted += _interventions(line, own, ids)
         if every is not None:
-            wanted += [(_before(line, i), f"every {every}")
+            wanted += [(_before(line, i), f"every {every}", None)
                        for n, i in enumerate(calls, 1) if n % every == 0]
         for effect_id in sorted(named & ids.keys()):
-            wanted.append((_before(line, ids[effect_id]), f"effect {effect_id}"))
+            wanted.append((_before(line, ids[effect_id]), f"effect {effect_id}", None))
             named.discard(effect_id)
         if select is not None:
             mine = [e for i in own if (e := line[i].effect) is not None]
             for chosen in select(member, mine):
                 effect_id = chosen if isinstance(chosen, str) else chosen.id
                 if effect_id in ids:
-                    wanted.append((_before(line, ids[effect_id]), "select"))
-        for index, reason in wanted:
+                    wanted.append((_before(line, ids[effect_id]), "select", None))
+        for index, reason, about in wanted:
             if index >= 0 and (member, index) not in points:
                 points[(member, index)] = ForkPoint(member, line[index].commit,
-                                                    _steps(line, index), reason)
+                                                    _steps(line, index), reason, about)
     if named:
         raise ValueError(f"no member's branch holds {', '.join(sorted(named))}")
     return [points[key] for key in sorted(points)]
 
 
 def _interventions(line: Sequence[TraceEntry], own: Sequence[int],
-                   ids: Mapping[str, int]) -> list[tuple[int, str]]:
+                   ids: Mapping[str, int]) -> list[tuple[int, str, str]]:
     found = []
     for i in own:
         eff = line[i].effect
@@ -140,9 +143,9 @@ def _interventions(line: Sequence[TraceEntry], own: Sequence[int],
         if eff.status == "blocked":
             asked = ids.get(eff.cause or "")
             at = asked if asked is not None and _is_call(line[asked]) else i
-            found.append((_before(line, at), f"blocked {eff.id}"))
+            found.append((_before(line, at), f"blocked {eff.id}", eff.id))
         elif isinstance(eff.intent, SupervisorAction) and eff.status == "materialized":
-            found.append((_before(line, i), f"decision {eff.id}"))
+            found.append((_before(line, i), f"decision {eff.id}", eff.id))
     return found
 
 

@@ -1,0 +1,130 @@
+"""The ablation of a supervised run's decisions, end to end: a recorded two-agent run whose
+conflicting write the conflict guard blocks, forked before the block and continued with
+it (blocked again: agent-2 writes sub.py, the team passes) and without it (the write goes
+through: the team's merge conflicts on calc.py), through the real `openai` SDK against the
+scripted model server, graded by real test runs; and the paired test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.model_server import Reply
+from agents.rollouts import ablate, ablation, mcnemar_exact, read_tree
+from agents.run import run_tasks
+from coordinator import Coordinator, ModelCall
+from coordinator.cli import app
+from tests.agents._helpers import by_step, call
+from tests.conftest import make_repo
+
+CALC = "def add(a, b):\n    return a + b\n"
+CHECK = "from calc import mul\nfrom sub import sub\nassert mul(2, 3) == 6 and sub(5, 3) == 2\n"
+TEST = "python3 check.py"
+MUL = dict(path="calc.py", old="    return a + b\n",
+           new="    return a + b\n\n\ndef mul(a, b):\n    return a * b\n")
+SUB = dict(path="calc.py", old="    return a + b\n",
+           new="    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+TOLD = "calc.py is mine"
+
+
+def agent_2(payload: dict[str, Any]) -> Reply:
+    """Waits for agent-1's message, then puts `sub` into calc.py; when that is blocked it
+    puts it into sub.py instead."""
+    messages = payload["messages"]
+    if not any(TOLD in str(m.get("content")) for m in messages):
+        return call("run", command="sleep 0.05")
+    tools = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    asked = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]
+    if any("wrote sub.py" in t for t in tools) or ("edit" in asked and not any(
+            "BLOCKED" in t for t in tools)):
+        return call("finish", summary="done")
+    if any("BLOCKED" in t for t in tools):
+        return call("write_file", path="sub.py", content="def sub(a, b):\n    return a - b\n")
+    return call("edit", **SUB)
+
+
+def scripts() -> dict[str, Any]:
+    return {"a1": by_step([call("edit", **MUL), call("send_message", to="agent-2", text=TOLD),
+                           call("finish", summary="mul")]),
+            "a2": agent_2}
+
+
+async def record_run(tmp: Path, base_url: str) -> Path:
+    repo = make_repo(tmp / "repo", {"calc.py": CALC, "check.py": CHECK})
+    state = tmp / "state"
+    report = await run_tasks(repo, ["add mul", "add sub"], model=["openai/a1", "openai/a2"],
+                             base_url=base_url, state=state, tokens=True, max_steps=12)
+    assert [a.status for a in report.agents] == ["finished", "finished"]
+    return state
+
+
+@pytest.mark.slow  # a recorded run and two graded leaves: seconds
+def test_the_guard_s_block_is_worth_the_pass(tmp_path: Path, served: Any) -> None:
+    """The one decision is the conflict guard's block of agent-2's calc.py edit. With it
+    the team passes check.py; without it agent-2's edit goes through and the merge
+    conflicts on calc.py: the decision helped. The leaves are a tree in the trace."""
+    url = served(scripts())
+    state = asyncio.run(record_run(tmp_path, url))
+
+    async def run() -> Any:
+        async with Coordinator.open(state) as coord:
+            report = await ablate(coord, ["agent-1", "agent-2"], test=TEST, base_url=url,
+                                  max_steps=12, tree_id="rt-ab")
+            tree = read_tree(coord.trace, "rt-ab")
+            without = next(leaf for leaf in tree.leaves if leaf.variant == "without")
+            scope = without.members[1].scope
+            own = [e.effect for e in coord.trace.log(coord.scope(scope).head)
+                   if e.effect is not None and e.effect.scope == scope]
+            return report, tree, own, await coord.scope(scope).read("calc.py")
+
+    report, tree, own, calc = asyncio.run(run())
+    [pair] = report.pairs
+    assert pair.kind == "block:conflict-guard" and pair.member == "agent-2"
+    assert (pair.with_reward, pair.without_reward) == (1.0, 0.0)
+    assert pair.without_conflicts == ("calc.py",) and pair.effect == "helped"
+    assert pair.with_tokens > 0 and pair.without_tokens > 0
+    [kind] = report.kinds
+    assert (kind.decisions, kind.changed, kind.helped, kind.hurt) == (1, 1, 1, 0)
+    assert (report.helped, report.hurt, report.p_value) == (1, 0, 1.0)
+    assert [(leaf.id, leaf.variant) for leaf in tree.leaves] == [
+        ("f1s0", "with"), ("f1s1", "without")]
+    assert tree.forks[0].decision == pair.decision
+    assert ablation(tree) == report  # the report is the tree's
+    # without: no block in the leaf, its calc.py edit materialized after a live model call
+    assert not [e for e in own if e.status == "blocked"], own
+    assert any(isinstance(e.intent, ModelCall) for e in own)
+    assert b"def sub" in calc and b"def mul" not in calc
+
+    shown = CliRunner().invoke(app, ["rollouts", "ablate", "--state", str(state), "--test",
+                                     TEST, "--base-url", url, "--tree", "rt-cli", "--json"])
+    assert shown.exit_code == 0, shown.output
+    out = json.loads(shown.stdout)
+    assert out["tree"] == "rt-cli" and out["helped"] == 1 and out["hurt"] == 0
+    assert "helped" in shown.stderr and "McNemar" in shown.stderr
+
+
+def test_a_run_without_decisions_has_nothing_to_ablate(tmp_path: Path, served: Any) -> None:
+    """agent-2 alone never meets the guard: ablate says there is no decision."""
+    url = served({"a1": by_step([call("edit", **MUL), call("finish", summary="mul")])})
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC, "check.py": CHECK})
+    state = tmp_path / "state"
+    asyncio.run(run_tasks(repo, ["add mul"], model=["openai/a1"], base_url=url, state=state,
+                          max_steps=4))
+    done = CliRunner().invoke(app, ["rollouts", "ablate", "--state", str(state), "--test",
+                                    TEST])
+    assert done.exit_code == 1 and "no supervisor decision" in done.output
+
+
+def test_the_exact_mcnemar_test() -> None:
+    """Two-sided binomial tail on the discordant pairs: 0 vs 0 is 1; 6 vs 0 is 2/64;
+    5 vs 1 is 2 * 7/64; 3 vs 3 is capped at 1."""
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(6, 0) == pytest.approx(2 / 64)
+    assert mcnemar_exact(1, 5) == mcnemar_exact(5, 1) == pytest.approx(14 / 64)
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(10, 0) < 0.002
