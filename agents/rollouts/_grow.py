@@ -423,7 +423,8 @@ async def grow(
                     t.spec, base_url, logprobs=tokens, token_ids=tokens))
         with team_scoped(coord) as policy:
             policy.register(list(team), base=first.fork_point)
-            g = _Grower(coord, policy, templates, providers, (base_scope, first.fork_point),
+            at = await coord.io(_in_parent, coord, base_scope.head, first.fork_point)
+            g = _Grower(coord, policy, templates, providers, (base_scope, at),
                         spend, test, max_steps, test_timeout)
             record = TreeRecord(
                 id=tree, test=test, max_tokens=budget.max_tokens, max_cost=budget.max_cost,
@@ -473,6 +474,15 @@ async def _fork_and_grow(g: _Grower, run: Executor, record: TreeRecord,
     new_heads += [coord.scope(leaf.grade.scope).head for leaf in leaves if leaf.grade]
     await coord.io(write_tree, coord.trace, record, new_heads)
     return record
+
+
+def _in_parent(coord: Coordinator, parent_head: str, fork_point: str) -> str:
+    """The team's base as a commit of its parent's history: a scope forked on its own
+    has its `scope.fork` commit as fork point, whose parent is the parent's commit."""
+    trace = coord.trace
+    if trace.is_ancestor(fork_point, parent_head):
+        return fork_point
+    return trace.log(fork_point)[0].parents[0]
 
 
 def _step_counts(coord: Coordinator, cut: Cut) -> dict[str, int]:

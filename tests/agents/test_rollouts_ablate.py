@@ -14,10 +14,19 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agents import CodingAgent, ModelCaller
 from agents.model_server import Reply
+from agents.providers import (
+    AssistantMessage,
+    ModelRequest,
+    ScriptedCall,
+    ScriptedProvider,
+    UserMessage,
+)
+from agents.providers import Reply as ProviderReply
 from agents.rollouts import ablate, ablation, mcnemar_exact, read_tree
 from agents.run import run_tasks
-from coordinator import Coordinator, ModelCall
+from coordinator import Coordinator, ModelCall, control
 from coordinator.cli import app
 from tests.agents._helpers import by_step, call
 from tests.conftest import make_repo
@@ -128,3 +137,51 @@ def test_the_exact_mcnemar_test() -> None:
     assert mcnemar_exact(1, 5) == mcnemar_exact(5, 1) == pytest.approx(14 / 64)
     assert mcnemar_exact(3, 3) == 1.0
     assert mcnemar_exact(10, 0) < 0.002
+
+
+def _answers(request: ModelRequest) -> ProviderReply:
+    """Step 1 lists the files; then it writes 1 when the supervisor said so, else 0."""
+    said = any(isinstance(m, UserMessage) and NOTE in m.text for m in request.messages)
+    tools = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if tools == 0:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if tools == 1 or (said and tools == 2 and not _wrote(request)):
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": ("1" if said else "0") + "\n"})])
+    return ProviderReply("done")
+
+
+def _wrote(request: ModelRequest) -> bool:
+    return any("answer.txt" in str(m) for m in request.messages
+               if isinstance(m, AssistantMessage))
+
+
+NOTE = "the answer is 1"
+
+
+async def test_an_inject_is_carried_out_again_with_and_left_out_without(
+    tmp_path: Path,
+) -> None:
+    """The supervisor's inject comes after the agent's first step: forked just before it,
+    the "with" leaf gets the same note again and writes 1 (pass), the "without" leaf
+    continues without it and writes 0 (fail)."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        scope = await coord.root.fork("a")
+        await CodingAgent(coord, scope, ModelCaller(coord, provider), "answer",
+                          max_steps=1).run()
+        await control.inject(scope, NOTE)
+        done = await CodingAgent(coord, scope, ModelCaller(coord, provider), "answer",
+                                 max_steps=4).run()
+        assert done.status == "finished" and await scope.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=4)
+        [pair] = report.pairs
+        assert (pair.kind, pair.with_reward, pair.without_reward) == ("inject", 1.0, 0.0)
+        assert report.helped == 1 and report.hurt == 0
+        tree = read_tree(coord.trace, report.tree)
+        with_ = coord.scope(tree.leaves[0].members[0].scope)
+        again = [e.effect for e in coord.trace.log(with_.head) if e.effect is not None
+                 and e.effect.scope == with_.name and e.effect.kind == "decision"]
+        assert [e.intent.detail["text"] for e in again] == [NOTE]  # type: ignore[union-attr]
