@@ -201,7 +201,8 @@ def list_cmd(state: StateOpt) -> None:
 
 @app.command("show")
 def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> None:
-    """One tree: its fork nodes and leaves (JSON: its whole record)."""
+    """One tree: its fork nodes and leaves (JSON: its whole record); an ablation's tree
+    with its report."""
     from agents.rollouts import read_tree
     from coordinator.store import open_trace
 
@@ -216,6 +217,10 @@ def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> Non
         sys.stdout.write(json.dumps(record.model_dump(mode="json"), indent=2) + "\n")
     else:
         _print_tree(console, record)
+        if any(leaf.variant is not None for leaf in record.leaves):
+            from agents.rollouts import ablation
+
+            _print_ablation(console, ablation(record))
 
 
 @app.command("export")

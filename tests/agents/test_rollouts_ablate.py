@@ -115,6 +115,8 @@ def test_the_guard_s_block_is_worth_the_pass(tmp_path: Path, served: Any) -> Non
     out = json.loads(shown.stdout)
     assert out["tree"] == "rt-cli" and out["helped"] == 1 and out["hurt"] == 0
     assert "helped" in shown.stderr and "McNemar" in shown.stderr
+    again = CliRunner().invoke(app, ["rollouts", "show", "rt-ab", "--state", str(state)])
+    assert again.exit_code == 0 and "McNemar p = 1" in again.stdout
 
 
 def test_a_run_without_decisions_has_nothing_to_ablate(tmp_path: Path, served: Any) -> None:
