@@ -187,3 +187,41 @@ async def test_an_inject_is_carried_out_again_with_and_left_out_without(
         again = [e.effect for e in coord.trace.log(with_.head) if e.effect is not None
                  and e.effect.scope == with_.name and e.effect.kind == "decision"]
         assert [e.intent.detail["text"] for e in again] == [NOTE]  # type: ignore[union-attr]
+
+
+def _team_answers(request: ModelRequest) -> ProviderReply:
+    """`a` writes a.txt and is done; `b` lists its files twice, then writes 1 when the
+    second listing shows a.txt (it was handed a's work), else 0."""
+    task = next(m.text for m in request.messages if isinstance(m, UserMessage))
+    n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if task == "a":
+        return (ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "a.txt", "content": "a\n"})]) if n == 0 else ProviderReply("done"))
+    if n < 2:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if n == 2:
+        last = [m for m in request.messages if not isinstance(m, (AssistantMessage,
+                                                                      UserMessage))][-1]
+        answer = "1" if "a.txt" in str(last) else "0"
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": answer + "\n"})])
+    return ProviderReply("done")
+
+
+async def test_a_handoff_is_taken_again_with_and_left_out_without(tmp_path: Path) -> None:
+    """The supervisor hands a's work to b after b's first step: with it, the leaf's b
+    merges the leaf's a and sees a.txt (writes 1: pass); without it b sees no a.txt."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_team_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await CodingAgent(coord, a, ModelCaller(coord, provider), "a", max_steps=4).run()
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=1).run()
+        assert (await control.handoff(b, a, strategy="fail")).merge is not None
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=5).run()
+        assert await b.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a", "b"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=5)
+        [pair] = report.pairs
+        assert (pair.kind, pair.member, pair.with_reward, pair.without_reward) == (
+            "handoff", "b", 1.0, 0.0)
