@@ -261,7 +261,8 @@ async def _run_sibling(g: _Grower, job: SiblingJob) -> LeafNode:
     prefix = f"{job.tree}.{leaf}."
     coord = g.coord
     nodes = [coord.scope(m.scope) for m in job.fork.members]
-    scopes = list(await asyncio.gather(*(n.fork(prefix + m.member)
+    starts = job.variant.starts() if job.variant is not None else {}
+    scopes = list(await asyncio.gather(*(n.fork(prefix + m.member, at=starts.get(m.member))
                                          for n, m in zip(nodes, job.fork.members, strict=True))))
     for child, node in zip(scopes, nodes, strict=True):
         child.inbox = list(node.inbox)

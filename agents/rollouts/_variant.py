@@ -51,6 +51,14 @@ class Variant:
     decision: Intervention
     taken: bool
 
+    def starts(self) -> dict[str, str]:
+        """Members that start at a commit of their own instead of the fork node's head:
+        a rewind taken starts its member at the rewind's target."""
+        d = self.decision
+        if self.taken and d.kind == "rewind" and d.action is not None:
+            return {d.member: str(d.action.detail["to"])}
+        return {}
+
     @property
     def label(self) -> Literal["with", "without"]:
         return "with" if self.taken else "without"
@@ -61,7 +69,7 @@ def intervention(trace: Trace, heads: Mapping[str, str], point: ForkPoint
     """The decision at an intervention point, or why it cannot be ablated (blocking)."""
     if point.about is None:
         return "not an intervention"
-    found = next((e.effect for e in trace.log(heads[point.member])
+    found = next((e.effect for e in trace.log(point.line or heads[point.member])
                   if e.effect is not None and e.effect.id == point.about), None)
     if found is None:
         return f"{point.about} is not on the branch of {point.member}"
@@ -95,9 +103,6 @@ async def apply(variant: Variant, allow_once: Callable[[str, str, str], None],
     if d.kind == "inject":
         await control.inject(scope, str(detail.get("text", "")),
                              sender=str(detail.get("sender", "supervisor")))
-    elif d.kind == "rewind":
-        await control.rewind(scope, str(detail["to"]), detail={
-            k: v for k, v in detail.items() if k != "to"})
     elif d.kind == "handoff":
         giver = str(detail["from"])
         await control.handoff(scope, scopes[giver], strategy="fail")

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agents import CodingAgent, ModelCaller
+from agents._transcript import step_commit
 from agents.model_server import Reply
 from agents.providers import (
     AssistantMessage,
@@ -225,3 +226,42 @@ async def test_a_handoff_is_taken_again_with_and_left_out_without(tmp_path: Path
         [pair] = report.pairs
         assert (pair.kind, pair.member, pair.with_reward, pair.without_reward) == (
             "handoff", "b", 1.0, 0.0)
+
+
+def _rewind_answers(request: ModelRequest) -> ProviderReply:
+    """`a` tells b it is done; `b` lists its files, then writes 1 when a's message is in
+    its conversation, else 0, then is done."""
+    task = next(m.text for m in request.messages if isinstance(m, UserMessage))
+    n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if task == "a":
+        return (ProviderReply(tool_calls=[ScriptedCall("send_message", {
+            "to": "b", "text": "a done"})]) if n == 0 else ProviderReply("done"))
+    if n == 0:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if n == 1:
+        told = any(isinstance(m, UserMessage) and "a done" in m.text for m in request.messages)
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": ("1" if told else "0") + "\n"})])
+    return ProviderReply("done")
+
+
+async def test_a_rewind_is_taken_again_with_and_left_out_without(tmp_path: Path) -> None:
+    """b wrote 0 before a's message came; the supervisor rewinds b before that step, so
+    it redoes it with the message and writes 1. With the rewind the leaf's b redoes it
+    too (pass); without it b, past that step, is done with 0 (fail)."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_rewind_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=2).run()
+        assert await b.read("answer.txt") == b"0\n"
+        await CodingAgent(coord, a, ModelCaller(coord, provider), "a", max_steps=4).run()
+        target = await coord.io(step_commit, coord.trace, b.head, 2)
+        assert (await control.rewind(b, target)).result is not None
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=4).run()
+        assert await b.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a", "b"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=4)
+        [pair] = report.pairs
+        assert (pair.kind, pair.member, pair.with_reward, pair.without_reward) == (
+            "rewind", "b", 1.0, 0.0)
