@@ -1,6 +1,8 @@
 """Rollout trees: a finished run forked at chosen points into sibling continuations,
-graded, kept in the trace, and exported for RL trainers (see docs/rollouts.md)."""
+graded, kept in the trace, and exported for RL trainers; and the ablation of its
+supervisor decisions (see docs/rollouts.md)."""
 
+from ._ablate import Ablation, KindSummary, Pair, ablate, ablate_in_state, ablation, mcnemar_exact
 from ._export import (
     FORMATS,
     Export,
@@ -27,9 +29,20 @@ from ._tree import (
     read_tree,
     tree_names,
 )
+from ._variant import Intervention, Variant, intervention
 
 __all__ = [
     "FORMATS",
+    "Ablation",
+    "Intervention",
+    "KindSummary",
+    "Pair",
+    "Variant",
+    "ablate",
+    "ablate_in_state",
+    "ablation",
+    "intervention",
+    "mcnemar_exact",
     "Budget",
     "Export",
     "Executor",

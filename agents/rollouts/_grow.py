@@ -50,6 +50,7 @@ from ..protocol import AgentResult
 from ..providers import ModelRequest, Provider, UserMessage, provider_from_spec
 from ._points import ForkPoint, team_cut
 from ._tree import ForkNode, Grade, LeafNode, MemberNode, Sampling, TreeRecord, write_tree
+from ._variant import Intervention, Variant, apply
 
 __all__ = ["Executor", "LocalExecutor", "SiblingJob", "TeamPolicy", "grow", "new_tree_id"]
 
@@ -109,6 +110,12 @@ class TeamPolicy:
         self.policies = list(policies)
         self.teams: dict[str, _Team | None] = {}
         self._touched: dict[tuple[str, str], frozenset[str]] = {}
+        self._once: dict[str, tuple[str, str]] = {}
+
+    def allow_once(self, scope: str, policy: str, kind: str) -> None:
+        """Let through `scope`'s first intent of kind `kind` that `policy` would stop
+        (the other policies still decide it): an ablation's arm without a block."""
+        self._once[scope] = (policy, kind)
 
     def register(self, names: Sequence[str], *, base: str | None = None,
                  reviewed: bool = True) -> None:
@@ -129,12 +136,19 @@ class TeamPolicy:
             scoped = view.among([s.name for s in view.scopes() if s.name not in self.teams])
         for policy in self.policies:
             decision = await policy(intent, scoped)
+            if decision is not None and not decision.allowed and self._once.get(
+                    view.scope) == (_name(policy), intent.kind):
+                del self._once[view.scope]
+                continue
             if decision is not None:
                 if decision.policy == ABSTAINED:
-                    name = getattr(policy, "name", None) or type(policy).__name__
-                    decision = decision.model_copy(update={"policy": str(name)})
+                    decision = decision.model_copy(update={"policy": _name(policy)})
                 return decision
         return None
+
+
+def _name(policy: Policy) -> str:
+    return str(getattr(policy, "name", None) or type(policy).__name__)
 
 
 @contextlib.contextmanager
@@ -197,6 +211,8 @@ class SiblingJob:
     fork: ForkNode
     sibling: int
     sampling: Sampling
+    variant: Variant | None = None
+    """In an ablation: the fork's decision taken or not."""
 
 
 class Executor(Protocol):
@@ -245,12 +261,17 @@ async def _run_sibling(g: _Grower, job: SiblingJob) -> LeafNode:
     prefix = f"{job.tree}.{leaf}."
     coord = g.coord
     nodes = [coord.scope(m.scope) for m in job.fork.members]
-    scopes = list(await asyncio.gather(*(n.fork(prefix + m.member)
+    starts = job.variant.starts() if job.variant is not None else {}
+    scopes = list(await asyncio.gather(*(n.fork(prefix + m.member, at=starts.get(m.member))
                                          for n, m in zip(nodes, job.fork.members, strict=True))))
     for child, node in zip(scopes, nodes, strict=True):
         child.inbox = list(node.inbox)
     g.policy.register([s.name for s in scopes], base=g.base[1])
     aliases = {m.member: s.name for m, s in zip(job.fork.members, scopes, strict=True)}
+    idle: set[str] = set()
+    if job.variant is not None:
+        idle = await apply(job.variant, g.policy.allow_once,
+                           {m.member: s for m, s in zip(job.fork.members, scopes, strict=True)})
     callers: list[tuple[str, ModelCaller]] = []
     results: dict[str, AgentResult] = {}
     failed: list[str] = []
@@ -258,8 +279,8 @@ async def _run_sibling(g: _Grower, job: SiblingJob) -> LeafNode:
         async with asyncio.TaskGroup() as group:
             for m, scope in zip(job.fork.members, scopes, strict=True):
                 template = g.templates.get(m.member)
-                if template is None:
-                    continue  # no model ever drove it: nothing to continue
+                if template is None or m.member in idle:
+                    continue  # no model ever drove it (or it handed off): nothing to run
                 caller = ModelCaller(coord, g.providers[template.spec], name=template.provider)
                 callers.append((template.spec, caller))
                 g.spend.callers.append((template.spec, caller))
@@ -309,7 +330,8 @@ def _leaf(job: SiblingJob, leaf: str, scopes: Sequence[Scope],
                                   steps=r.steps if r else m.steps))
     return LeafNode(id=leaf, parent=job.fork.id, sibling=job.sibling, sampling=job.sampling,
                     members=tuple(members), status=status,  # type: ignore[arg-type]
-                    tokens=spent[0], cost=spent[1], grade=grade, error=error)
+                    tokens=spent[0], cost=spent[1], grade=grade, error=error,
+                    variant=job.variant.label if job.variant is not None else None)
 
 
 async def _grade(g: _Grower, name: str, members: Sequence[Scope]) -> Grade:
@@ -367,18 +389,23 @@ async def grow(
     tree_id: str | None = None,
     test_timeout: float = 600.0,
     executor: Callable[[_Grower], Executor] | None = None,
+    decisions: Sequence[Intervention] | None = None,
 ) -> TreeRecord:
     """Grow a tree from the team `team` (scope names) of a finished run: at each point,
     one sibling per entry of `siblings` (their sampling settings), continued and graded
     with `test` (a shell command; None grades nothing). Providers come from the members'
     recorded model calls (`provider_from_spec(PROVIDER/MODEL, base_url)`, asking for
     token ids and logprobs when `tokens`) unless `provider_for(spec)` gives them.
-    Returns the tree as recorded under `refs/corral/rollouts/<id>`.
+    Returns the tree as recorded under `refs/corral/rollouts/<id>`. With `decisions` (one
+    per point: the intervention there) each fork has two siblings instead, both sampled
+    as `siblings[0]`: the decision taken and not taken (an ablation, `_variant`).
 
     Raises ValueError for an empty team, no points or no siblings, or a point on no
     member; UnknownScope for a team member that is not a live scope."""
     if not team or not points or not siblings:
         raise ValueError("a tree needs a team, fork points and at least one sibling")
+    if decisions is not None and len(decisions) != len(points):
+        raise ValueError("an ablation needs one decision per fork point")
     if any(p.member not in team for p in points):
         raise ValueError("every fork point must be on a member of the team")
     scopes = {m: coord.scope(m) for m in team}
@@ -397,14 +424,17 @@ async def grow(
                     t.spec, base_url, logprobs=tokens, token_ids=tokens))
         with team_scoped(coord) as policy:
             policy.register(list(team), base=first.fork_point)
-            g = _Grower(coord, policy, templates, providers, (base_scope, first.fork_point),
+            at = await coord.io(_in_parent, coord, base_scope.head, first.fork_point)
+            g = _Grower(coord, policy, templates, providers, (base_scope, at),
                         spend, test, max_steps, test_timeout)
             record = TreeRecord(
                 id=tree, test=test, max_tokens=budget.max_tokens, max_cost=budget.max_cost,
                 team=tuple(MemberNode(member=m, scope=m, head=h) for m, h in heads.items()))
             run = executor(g) if executor is not None else LocalExecutor(g, parallel)
             for i, point in enumerate(points, 1):
-                record = await _fork_and_grow(g, run, record, heads, point, i, siblings)
+                decision = decisions[i - 1] if decisions is not None else None
+                record = await _fork_and_grow(g, run, record, heads, point, i, siblings,
+                                              decision)
                 if g.stopped is not None:
                     break
             return record
@@ -416,7 +446,8 @@ async def grow(
 
 async def _fork_and_grow(g: _Grower, run: Executor, record: TreeRecord,
                          heads: Mapping[str, str], point: ForkPoint, index: int,
-                         siblings: Sequence[Sampling]) -> TreeRecord:
+                         siblings: Sequence[Sampling], decision: Intervention | None = None
+                         ) -> TreeRecord:
     """Fork node `f<index>` at `point` and its siblings; the record with them, written."""
     coord, tree = g.coord, record.id
     node = f"f{index}"
@@ -427,11 +458,15 @@ async def _fork_and_grow(g: _Grower, run: Executor, record: TreeRecord,
     fork = ForkNode(
         id=node, parent="root", member=point.member, commit=point.commit,
         branch_step=point.step, reason=point.reason,
+        decision=decision.effect if decision else None,
+        decision_kind=decision.kind if decision else None,
         members=tuple(MemberNode(member=m.scope, scope=s.name, head=s.head,
                                  inbox=len(m.inbox), steps=steps[m.scope])
                       for m, s in zip(cut.members, forked, strict=True)))
-    ran = await asyncio.gather(*(run.run(SiblingJob(tree, fork, j, sampling))
-                                 for j, sampling in enumerate(siblings)))
+    jobs = ([SiblingJob(tree, fork, j, siblings[0], Variant(decision, taken))
+             for j, taken in enumerate((True, False))] if decision is not None
+            else [SiblingJob(tree, fork, j, sampling) for j, sampling in enumerate(siblings)])
+    ran = await asyncio.gather(*(run.run(job) for job in jobs))
     leaves = [leaf for leaf in ran if leaf is not None]
     g.stopped = g.stopped or g.spend.reached()
     record = record.model_copy(update={"forks": (*record.forks, fork), "stopped": g.stopped,
@@ -440,6 +475,15 @@ async def _fork_and_grow(g: _Grower, run: Executor, record: TreeRecord,
     new_heads += [coord.scope(leaf.grade.scope).head for leaf in leaves if leaf.grade]
     await coord.io(write_tree, coord.trace, record, new_heads)
     return record
+
+
+def _in_parent(coord: Coordinator, parent_head: str, fork_point: str) -> str:
+    """The team's base as a commit of its parent's history: a scope forked on its own
+    has its `scope.fork` commit as fork point, whose parent is the parent's commit."""
+    trace = coord.trace
+    if trace.is_ancestor(fork_point, parent_head):
+        return fork_point
+    return trace.log(fork_point)[0].parents[0]
 
 
 def _step_counts(coord: Coordinator, cut: Cut) -> dict[str, int]:

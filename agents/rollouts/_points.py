@@ -5,7 +5,9 @@ after it. Points are chosen by
 
 - `interventions`: every supervisor intervention: an intent the policy chain blocked (the
   point is just before the model call that asked for it, so the siblings sample that step
-  again) and every supervisor decision on the member's branch (just before it);
+  again) and every supervisor decision on the member's branch (just before it; a decision
+  that rewound the member is on the line the rewind left, so its point is there, and
+  `ForkPoint.line` names that line);
 - `every=k`: just before model calls number k, 2k, 3k... of each member;
 - `effects`: just before each named effect (`agent-2#7`; before a model call's retries too);
 - `select`: a function `(member, effects) -> effects or effect ids` over a member's own
@@ -32,6 +34,7 @@ from coordinator import (
     MemberCut,
     Message,
     ModelCall,
+    ScopeRewind,
     SupervisorAction,
     Trace,
     TraceEntry,
@@ -59,6 +62,12 @@ class ForkPoint:
     reason: str
     """Why here: `blocked agent-2#4`, `decision agent-1#9`, `every 2`, `effect agent-1#5`,
     `select`."""
+    about: str | None = None
+    """For an intervention: the effect it is (the blocked intent, the supervisor
+    decision)."""
+    line: str | None = None
+    """The head of the line `commit` is on when it is not the member's head: a decision
+    that rewound the member is on the line the rewind archived."""
 
 
 def _line(trace: Trace, head: str) -> list[TraceEntry]:
@@ -106,33 +115,36 @@ def fork_points(
         own = [i for i, e in enumerate(line) if e.effect is not None
                and e.effect.scope == member and e.effect.seq > 0]
         ids = {eff.id: i for i in own if (eff := line[i].effect) is not None}
-        wanted: list[tuple[int, str]] = []
+        wanted: list[tuple[int, str, str | None]] = []
         calls = [i for i in own if _is_call(line[i])]
         if interventions:
             wanted += _interventions(line, own, ids)
         if every is not None:
-            wanted += [(_before(line, i), f"every {every}")
+            wanted += [(_before(line, i), f"every {every}", None)
                        for n, i in enumerate(calls, 1) if n % every == 0]
         for effect_id in sorted(named & ids.keys()):
-            wanted.append((_before(line, ids[effect_id]), f"effect {effect_id}"))
+            wanted.append((_before(line, ids[effect_id]), f"effect {effect_id}", None))
             named.discard(effect_id)
+        if interventions:
+            for i, point in _rewinds(trace, member, line, own):
+                points.setdefault((member, i), point)
         if select is not None:
             mine = [e for i in own if (e := line[i].effect) is not None]
             for chosen in select(member, mine):
                 effect_id = chosen if isinstance(chosen, str) else chosen.id
                 if effect_id in ids:
-                    wanted.append((_before(line, ids[effect_id]), "select"))
-        for index, reason in wanted:
+                    wanted.append((_before(line, ids[effect_id]), "select", None))
+        for index, reason, about in wanted:
             if index >= 0 and (member, index) not in points:
                 points[(member, index)] = ForkPoint(member, line[index].commit,
-                                                    _steps(line, index), reason)
+                                                    _steps(line, index), reason, about)
     if named:
         raise ValueError(f"no member's branch holds {', '.join(sorted(named))}")
     return [points[key] for key in sorted(points)]
 
 
 def _interventions(line: Sequence[TraceEntry], own: Sequence[int],
-                   ids: Mapping[str, int]) -> list[tuple[int, str]]:
+                   ids: Mapping[str, int]) -> list[tuple[int, str, str]]:
     found = []
     for i in own:
         eff = line[i].effect
@@ -140,9 +152,28 @@ def _interventions(line: Sequence[TraceEntry], own: Sequence[int],
         if eff.status == "blocked":
             asked = ids.get(eff.cause or "")
             at = asked if asked is not None and _is_call(line[asked]) else i
-            found.append((_before(line, at), f"blocked {eff.id}"))
+            found.append((_before(line, at), f"blocked {eff.id}", eff.id))
         elif isinstance(eff.intent, SupervisorAction) and eff.status == "materialized":
-            found.append((_before(line, i), f"decision {eff.id}"))
+            found.append((_before(line, i), f"decision {eff.id}", eff.id))
+    return found
+
+
+def _rewinds(trace: Trace, member: str, line: Sequence[TraceEntry], own: Sequence[int]
+             ) -> list[tuple[int, ForkPoint]]:
+    """The supervisor's rewinds of the member: each decision is the head the rewind
+    archived, so its point is on that line, just before the decision."""
+    found = []
+    for i in own:
+        eff = line[i].effect
+        assert eff is not None
+        if not isinstance(eff.intent, ScopeRewind) or eff.status != "materialized":
+            continue
+        gone = _line(trace, eff.intent.head)
+        last = gone[-1].effect
+        if (len(gone) > 1 and last is not None and last.id == eff.cause
+                and isinstance(last.intent, SupervisorAction)):
+            found.append((i, ForkPoint(member, gone[-2].commit, _steps(gone, len(gone) - 2),
+                                       f"decision {last.id}", last.id, eff.intent.head)))
     return found
 
 
@@ -188,6 +219,8 @@ def team_cut(trace: Trace, heads: Mapping[str, str], point: ForkPoint, name: str
     records it). Blocking: run it on `coord.io`. Raises ValueError when the point's commit
     is not on its member's line."""
     team = sorted(heads)
+    if point.line is not None:
+        heads = {**heads, point.member: point.line}
     members = {m: _read(trace, m, heads[m], team) for m in team}
     fixed = members[point.member]
     at = {m: len(members[m].line) - 1 for m in team}

@@ -80,6 +80,10 @@ class ForkNode(_Record):
     """The member's model calls up to the fork point (served from the trace)."""
     reason: str
     members: tuple[MemberNode, ...]
+    decision: str | None = None
+    """In an ablation: the supervisor decision forked before (its effect id)."""
+    decision_kind: str | None = None
+    """Its kind: `block:<policy>`, `inject`, `handoff`, `rewind`."""
 
 
 class Grade(_Record):
@@ -109,6 +113,8 @@ class LeafNode(_Record):
     cost: float = 0.0
     grade: Grade | None = None
     error: str | None = None
+    variant: Literal["with", "without"] | None = None
+    """In an ablation: continued with the fork's decision taken, or without it."""
 
     @property
     def reward(self) -> float | None:

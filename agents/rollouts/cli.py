@@ -103,6 +103,82 @@ def _print_tree(out: object, record: object) -> None:
         out.print(f"stopped: {record.stopped}")
 
 
+@app.command("ablate")
+def ablate_cmd(
+    state: StateOpt,
+    test: Annotated[str, typer.Option(
+        help="Shell command grading a leaf (exit 0: pass), run in its merged scope.")],
+    scope: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--scope", help="A member of the team; repeat (default: the run's agents).")] = None,
+    base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The model server (default: the run's).")] = None,
+    tokens: Annotated[bool, typer.Option(
+        "--tokens/--no-tokens", help="Ask the server for token ids and logprobs.")] = True,
+    max_tokens: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Live tokens of the whole ablation at most.")] = None,
+    max_cost: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="USD of the whole ablation at most (see --prices).")] = None,
+    prices: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="JSON prices over the built-in list prices (as corral run's).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Model calls per member at most, the prefix included (default: the run's).")
+    ] = None,
+    parallel: Annotated[int, typer.Option(help="Leaves run at once.")] = 4,
+    tree: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The tree's id (default: a fresh rt-XXXXXX).")] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """At each supervisor decision of the run in STATE (a block, inject, handoff, rewind),
+    fork the team just before it and continue once with it and once without; grade both
+    with --test and report how often the decision changed the outcome."""
+    from agents.providers import ModelError
+    from agents.rollouts._ablate import ablate_in_state
+
+    try:
+        report = asyncio.run(ablate_in_state(
+            state, test=test, team=scope or (), base_url=base_url, tokens=tokens,
+            max_tokens=max_tokens, max_cost=max_cost, prices=prices, max_steps=max_steps,
+            parallel=parallel, tree_id=tree))
+    except (CorralError, ModelError, ValueError, LookupError) as e:
+        fail(str(e))
+    _print_ablation(err if json_flag else console, report)
+    emit_json(report.model_dump(mode="json"), json_flag, None)
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else "pass" if value == 1.0 else "fail"
+
+
+def _print_ablation(out: object, report: object) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.rollouts import Ablation
+
+    assert isinstance(out, Console) and isinstance(report, Ablation)
+    table = Table(title=f"ablation {report.tree}: each decision with and without")
+    for column in ("fork", "decision", "kind", "with", "without", "effect", "tokens w/wo"):
+        table.add_column(column)
+    for p in report.pairs:
+        without = _reward(p.without_reward) + (
+            f" (conflict: {', '.join(p.without_conflicts)})" if p.without_conflicts else "")
+        table.add_row(p.fork, p.decision, p.kind, _reward(p.with_reward), without, p.effect,
+                      f"{p.with_tokens} / {p.without_tokens}")
+    out.print(table)
+    kinds = Table(title="per kind")
+    for column in ("kind", "decisions", "graded", "changed", "helped", "hurt",
+                   "tokens with", "tokens without"):
+        kinds.add_column(column)
+    for k in report.kinds:
+        kinds.add_row(k.kind, *(str(v) for v in (k.decisions, k.graded, k.changed, k.helped,
+                                                 k.hurt, k.with_tokens, k.without_tokens)))
+    out.print(kinds)
+    out.print(f"helped {report.helped}, hurt {report.hurt}: exact McNemar p = "
+              f"{report.p_value:.3g}")
+    for why in report.skipped:
+        out.print(f"skipped: {why}")
+
+
 @app.command("list")
 def list_cmd(state: StateOpt) -> None:
     """The trees recorded in STATE."""
@@ -125,7 +201,8 @@ def list_cmd(state: StateOpt) -> None:
 
 @app.command("show")
 def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> None:
-    """One tree: its fork nodes and leaves (JSON: its whole record)."""
+    """One tree: its fork nodes and leaves (JSON: its whole record); an ablation's tree
+    with its report."""
     from agents.rollouts import read_tree
     from coordinator.store import open_trace
 
@@ -140,6 +217,10 @@ def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> Non
         sys.stdout.write(json.dumps(record.model_dump(mode="json"), indent=2) + "\n")
     else:
         _print_tree(console, record)
+        if any(leaf.variant is not None for leaf in record.leaves):
+            from agents.rollouts import ablation
+
+            _print_ablation(console, ablation(record))
 
 
 @app.command("export")
