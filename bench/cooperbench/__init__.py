@@ -1,34 +1,46 @@
-"""The CooperBench harness: reproduce pair pass rates (solo, coop, supervised) with
-agents working in Corral scopes, graded by CooperBench 0.0.29's rules with stock git.
+"""The CooperBench harness: reproduce pair pass rates (solo, coop, supervised), and
+those of groups of N features (N agents; PR #75's fold), with agents working in Corral
+scopes, graded by CooperBench 0.0.29's rules with stock git.
 
 `corral bench cooperbench` runs the bundled mini suite; `--dataset DIR` a CooperBench
 `dataset/` directory. The pipeline, one step a module:
 
-    dataset      `_dataset`      tasks, features, the pairs to run
+    dataset      `_dataset`      tasks, features, the groups (pairs) to run
                  `_repos`        each task's base repository (from a local mirror)
     environment  `_environment`  the registry of languages (`_python_env`,
                                  `_toolchains`; a `Recipe`, `_recipe`), built once in
                                  the task's `env` scope (`_task_state`)
-    units        `_units`        each (pair, setting): fork, work, merge, grade
+    units        `_units`        each (group, setting): fork, work, merge, grade
                                  (`_spec` the run's configuration, `_run` and `_ray`
                                  the executors, `_store` the results file)
     agents       `_agents`       the run's agent (an `agents.Agent`) and each one's
                                  `AgentContext`; `_oracle` (the oracle, an Agent);
-                                 `_team` (a pair at work), `_team_rules` (its budget,
-                                 messaging, supervisor); `_agent_report` (what they
+                                 `_team` (a unit at work), `_team_rules` (the settings,
+                                 budget, messaging, supervisor); `_agent_report` (what they
                                  came to, with the bench's own record)
     merge        `_merge`        Corral's merge of the agents' scopes, the LLM resolver
     grade        `_grade`        CooperBench's rules on a `Workbench` (`_workbench`):
                                  stock git (`_git_workbench`, the reference) or Corral
                                  scopes (`_scope_workbench`)
     report       `_records`      what a run writes; `_report` the pass rates;
-                                 `_census` the plain-merge census; `_cli` the command
+                                 `_census` the plain-merge (fold) census; `_cli` the
+                                 command
 """
 
 from ._agent_report import AgentReport, TeamRecord
 from ._agents import AgentChoice, AgentOptions, load_agent
-from ._census import CensusRow, census_pair, compare_with_report
-from ._dataset import Feature, Pair, Task, load_tasks, mini_suite, select_pairs, test_command
+from ._census import CensusRow, GoldFold, census_group, census_pair, compare_with_report
+from ._dataset import (
+    Feature,
+    Group,
+    Pair,
+    Task,
+    load_tasks,
+    mini_suite,
+    select_groups,
+    select_pairs,
+    test_command,
+)
 from ._environment import LANGUAGES, check_toolchain, recipe, task_test_command
 from ._git_workbench import GitWorkbench
 from ._grade import Grade, grade_merged, grade_solo
@@ -56,6 +68,8 @@ __all__ = [
     "Feature",
     "FeatureResult",
     "GitWorkbench",
+    "GoldFold",
+    "Group",
     "Grade",
     "LanguageSupport",
     "MergeRun",
@@ -75,6 +89,7 @@ __all__ = [
     "Unsupported",
     "Workbench",
     "base_repo",
+    "census_group",
     "census_pair",
     "check_toolchain",
     "compare_with_report",
@@ -91,6 +106,7 @@ __all__ = [
     "prepare_env",
     "recipe",
     "run",
+    "select_groups",
     "select_pairs",
     "split_diff",
     "strip_tests",

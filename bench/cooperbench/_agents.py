@@ -87,10 +87,14 @@ def task_text(features: tuple[Feature, ...], teammates: tuple[str, ...], messagi
     else:
         text = "\n\n".join(f"## Feature {i}\n\n{f.description.strip()}\n\n---"
                            for i, f in enumerate(features, 1))
-    if teammates and messaging:
+    if len(teammates) == 1 and messaging:
         text += ("\n\nAnother agent implements a different feature of the same repository in "
-                 f"parallel ({', '.join(teammates)}); your changes are merged with theirs. "
+                 f"parallel ({teammates[0]}); your changes are merged with theirs. "
                  "Use send_message to coordinate.")
+    elif teammates and messaging:
+        text += (f"\n\n{len(teammates)} other agents each implement a different feature of "
+                 f"the same repository in parallel ({', '.join(teammates)}); your changes "
+                 "are merged with theirs. Use send_message to coordinate.")
     return text
 
 
@@ -98,8 +102,8 @@ def context(coord: Coordinator, scope: Scope, features: tuple[Feature, ...],
             provider: Provider | None, *, max_steps: int, max_tokens: int | None,
             retries: int = 4, teammates: tuple[str, ...] = (), messaging: bool = True
             ) -> AgentContext:
-    """What one agent of a pair is given: its scope, its features' text, its share of
-    the pair's budget, its teammates (by scope name)."""
+    """What one agent of a unit is given: its scope, its features' text, its share of
+    the unit's budget, its teammates (by scope name)."""
     from agents import AgentContext, Budget
 
     return AgentContext(coord, scope, task_text(features, teammates, messaging), provider,

@@ -21,9 +21,8 @@ from rich.table import Table
 from coordinator.cli_shared import console, err, print_error
 
 from ._agents import AgentOptions
-from ._census import CensusRow, census_pair, compare_with_report
-from ._dataset import Pair, Task, mini_suite
-from ._git_workbench import GitWorkbench
+from ._census import CensusRow, GoldFold, census_table, census_task, compare_with_report
+from ._dataset import Group, mini_suite
 from ._recipe import Unsupported
 from ._records import PairResult
 from ._report import plot, render, summarize, to_markdown
@@ -37,7 +36,8 @@ __all__ = ["app", "main"]
 # rich_markup_mode=None: click's plain help, as every other corral command: rich's
 # option table cut a word longer than its narrow help column with "…".
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="CooperBench pair pass rates with agents in Corral scopes.")
+                  help="CooperBench pass rates (pairs, or groups of N features) with agents "
+                       "in Corral scopes.")
 
 DatasetOpt = Annotated[Path | None, typer.Option(
     help="A CooperBench dataset/ directory (default: the bundled mini suite).")]
@@ -49,7 +49,12 @@ TaskOpt = Annotated[str | None, typer.Option(
 FeaturesOpt = Annotated[str | None, typer.Option(
     help="Only pairs among these features, e.g. 1,2.")]
 PairsOpt = Annotated[str | None, typer.Option(
-    help="Pairs as 1-2,3-4, or N for the first N pairs.")]
+    help="Units as 1-2,3-4 (groups: 1-2-3,2-4-5), or N for the first N.")]
+GroupSizeOpt = Annotated[int | None, typer.Option(
+    help="Features per unit: N agents, one feature each (default 2, pairs; with --subset, "
+         "its groups as listed).")]
+GroupsOpt = Annotated[int | None, typer.Option(
+    help="At most this many groups per task, spread evenly over the combinations.")]
 CacheOpt = Annotated[Path | None, typer.Option(
     help="Where task repositories and environments are cached (default OUT/cache).")]
 # The CLI's one JSON convention (coordinator/cli.py): `--json` prints the report on
@@ -74,6 +79,8 @@ def run_cmd(
     task: TaskOpt = None,
     features: FeaturesOpt = None,
     pairs: PairsOpt = None,
+    group_size: GroupSizeOpt = None,
+    groups: GroupsOpt = None,
     settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised.")] = (
         "solo,coop,supervised"),
     merge: Annotated[str, typer.Option(help="Merge policies for grading, comma-separated: "
@@ -90,13 +97,13 @@ def run_cmd(
     supervisor_base_url: Annotated[str | None, typer.Option(
         help="URL of the supervisor's and resolver's models (default --base-url).")] = None,
     messaging: Annotated[str, typer.Option(help="on or off: coop agents may message.")] = "on",
-    max_steps: Annotated[int, typer.Option(help="Steps per pair, the same in every setting "
-                                           "(solo: all; coop, supervised: half per agent; "
+    max_steps: Annotated[int, typer.Option(help="Steps per unit, the same in every setting "
+                                           "(solo: all; coop, supervised: 1/N per agent; "
                                            "a handoff passes the rest on).")] = 60,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens per pair, shared like "
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per unit, shared like "
                                                    "--max-steps.")] = None,
     test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
-    workers: Annotated[int, typer.Option(help="Pairs run at once.")] = 2,
+    workers: Annotated[int, typer.Option(help="Units run at once.")] = 2,
     executor: Annotated[str, typer.Option(help="local or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (ray only).")] = None,
     env_cache: CacheOpt = None,
@@ -113,8 +120,9 @@ def run_cmd(
     png: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here "
                                            "(default OUT/report.png).")] = None,
 ) -> None:
-    """Run pairs (default: the bundled mini suite, oracle agent, settings solo, coop and
-    supervised, plain merge) and print pass rates."""
+    """Run pairs or groups of N features (default: the bundled mini suite's pairs,
+    oracle agent, settings solo, coop and supervised, plain merge) and print pass
+    rates."""
     if ctx.invoked_subcommand:
         return
     _check_options(messaging, resolver, merge, executor)
@@ -125,7 +133,7 @@ def run_cmd(
         spec = RunSpec(
             out=out_dir, dataset=dataset.resolve() if dataset else None,
             repos=repos.resolve() if repos else None, subset=subset, task=task,
-            features=features, pairs=pairs,
+            features=features, pairs=pairs, group_size=group_size, groups=groups,
             settings=_check(_csv(settings), ("solo", "coop", "supervised"), "--settings"),
             merges=_check(_csv(merge), ("plain", "union", "corral"), "--merge"),
             agent=agent, options=AgentOptions(model=model, base_url=base_url),
@@ -251,7 +259,7 @@ def _run_with_progress(spec: RunSpec, executor: str, address: str | None) -> dic
                 f"{k} {v}" for k, v in counts.items() if v))
             for r in results:
                 if r.status == "error":
-                    progress.console.print(f"[yellow]error[/] {r.task} {r.f1}-{r.f2} "
+                    progress.console.print(f"[yellow]error[/] {r.task} {r.label} "
                                            f"{r.setting}: {escape(r.reason[:200])}",
                                            highlight=False)
 
@@ -266,68 +274,60 @@ def conflicts_cmd(
     task: TaskOpt = None,
     features: FeaturesOpt = None,
     pairs: PairsOpt = None,
+    group_size: GroupSizeOpt = None,
+    groups: GroupsOpt = None,
     workers: Annotated[int, typer.Option(help="Tasks merged at once.")] = 2,
     env_cache: CacheOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
 ) -> None:
-    """The plain-merge census of the gold pairs (no tests run), compared with
-    dataset/gold_conflict_report.json when the dataset has one."""
+    """The plain-merge census of the gold pairs, or groups folded in sequence
+    (`check_gold_conflicts.py`'s rule; no tests run), compared with
+    dataset/gold_conflict_report.json for pairs when the dataset has one."""
     ds = dataset.resolve() if dataset else mini_suite() / "dataset"
     cache = (env_cache or Path(".corral-bench") / "cache").resolve()
     spec = RunSpec(out=cache, dataset=ds if dataset else None,
                    repos=repos.resolve() if repos else None, subset=subset, task=task,
-                   features=features, pairs=pairs)
+                   features=features, pairs=pairs, group_size=group_size, groups=groups)
     try:
         tasks, chosen = plan(spec)
     except (ValueError, FileNotFoundError) as e:
         _fail(str(e))
         return
-    by_task: dict[str, list[Pair]] = {}
-    for p in chosen:
-        by_task.setdefault(p.task, []).append(p)
+    by_task: dict[str, list[Group]] = {}
+    for g in chosen:
+        by_task.setdefault(g.task, []).append(g)
 
     def one(key: str) -> list[CensusRow]:
         t = tasks[key]
         try:
             repo = base_repo(t, spec.repos_dir, cache)
         except (FileNotFoundError, RuntimeError, Unsupported) as e:
-            return [CensusRow(key, p.f1, p.f2, "error", ("", ""), reason=str(e))
-                    for p in by_task[key]]
-        bench = GitWorkbench.create(cache / "census" / key.replace("/", "-"), repo,
-                                    git(repo, "rev-parse", "HEAD").stdout.strip())
-        return asyncio.run(_census_task(bench, t, by_task[key]))
+            return [CensusRow(key, g.ids, "error", (), reason=str(e)) for g in by_task[key]]
+        fold = GoldFold.create(cache / "census" / key.replace("/", "-"), repo,
+                               git(repo, "rev-parse", "HEAD").stdout.strip())
+        return census_task(fold, t, by_task[key], pairwise=True)
 
     rows: list[CensusRow] = []
     with ThreadPoolExecutor(max(1, workers)) as pool:
         for part in pool.map(one, sorted(by_task)):
             rows.extend(part)
-    table = Table("task", "pairs", "conflict", "clean", "missing input", "error",
-                  "union clean (of conflicts)", title="Plain git merge of gold pairs")
-    totals = [0, 0, 0, 0, 0, 0]
-    for key in sorted(by_task):
-        rs = [r for r in rows if r.task == key]
-        vals = [len(rs), sum(r.verdict == "conflict" for r in rs),
-                sum(r.verdict == "clean" for r in rs),
-                sum(r.verdict == "missing_input" for r in rs),
-                sum(r.verdict == "error" for r in rs), sum(r.union == "clean" for r in rs)]
-        totals = [a + b for a, b in zip(totals, vals, strict=True)]
-        table.add_row(key, *map(str, vals))
-    table.add_row("[bold]total", *map(str, totals))
+    size = max(len(g.ids) for g in chosen)
+    table, totals = census_table(rows, sorted(by_task), size)
     out = err if json_flag else console
     out.print(table)
-    data: dict[str, Any] = {"pairs": [r.as_dict() for r in rows], "totals": dict(zip(
-        ("pairs", "conflict", "clean", "missing_input", "error", "union_clean"), totals,
-        strict=True))}
+    data: dict[str, Any] = {"rule": "check_gold_conflicts.py, folded", "group_size": size,
+                            "groups": [r.as_dict() for r in rows], "totals": totals}
     report = ds / "gold_conflict_report.json"
-    if report.exists():
+    if report.exists() and any(len(r.group) == 2 for r in rows):
         cmp = compare_with_report(rows, report)
         data["comparison"] = cmp
         out.print(f"compared with {report.name}: {cmp['compared']} pairs, "
-                      f"{len(cmp['differences'])} differ")
+                  f"{len(cmp['differences'])} differ")
         for d in cmp["differences"]:
-            out.print(f"  {d['task']} {d['f1']}-{d['f2']}: ours {d['ours']} (apply "
-                          f"{'/'.join(d['apply'])}), theirs {d['theirs']}")
+            out.print(f"  {d['task']} {'-'.join(map(str, d['group']))}: ours {d['ours']} "
+                      f"(apply {'/'.join(d['apply'])}), theirs {d['theirs']} (apply failed "
+                      f"{d['their_apply_failed']})")
     _emit_json(data, json_flag, json_out)
 
 
@@ -361,7 +361,7 @@ def check_cmd(
         return
     wanted: dict[str, set[int]] = {}
     for p in chosen:
-        wanted.setdefault(p.task, set()).update((p.f1, p.f2))
+        wanted.setdefault(p.task, set()).update(p.ids)
     out = err if json_flag else console
     rows: list[FeatureCheck] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -390,10 +390,6 @@ def _counts(run: Any) -> str:
         return "-"
     verdict = "pass" if run.passed else "timeout" if run.timed_out else "fail"
     return f"{verdict} {run.tests_passed}/{run.tests_passed + run.tests_failed}"
-
-
-async def _census_task(bench: GitWorkbench, task: Task, pairs: list[Pair]) -> list[CensusRow]:
-    return [await census_pair(bench, task, p) for p in pairs]
 
 
 def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:

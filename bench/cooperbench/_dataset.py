@@ -5,6 +5,10 @@
                                Dockerfile       tells the toolchain (python, golang, node, rust)
                                feature<k>/feature.md, feature.patch, tests.patch
     dataset/subsets/<name>.json                 {"tasks": [{"repo", "task_id", "pairs"}]}
+
+A subset's task entry lists its units as `pairs` and/or `groups` (lists of feature ids,
+any length: `[[1, 2, 3], [2, 4, 5]]`, as CooperBench's `team3_*` subsets group three
+features), or `features` (every combination of them).
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ from functools import cached_property
 from importlib import resources
 from itertools import combinations
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "Feature",
+    "Group",
     "Language",
     "Pair",
     "Task",
     "load_tasks",
     "mini_suite",
+    "select_groups",
     "select_pairs",
+    "spread",
     "test_command",
 ]
 
@@ -124,16 +131,29 @@ def test_command(runner: str) -> str:
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class Pair:
-    """Two features of one task: agent1 gets `f1`, agent2 `f2`."""
+class Group:
+    """Features of one task worked on together: agent k gets `ids[k-1]` (solo: one
+    agent gets them all, in this order). A pair is a group of two."""
 
     task: str
-    f1: int
-    f2: int
+    ids: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    @property
+    def label(self) -> str:
+        """`1-2-3`: the unit's name in scope names and file names."""
+        return "-".join(map(str, self.ids))
 
     @property
     def key(self) -> str:
-        return f"{self.task}:{self.f1}-{self.f2}"
+        return f"{self.task}:{self.label}"
+
+
+Pair = Group
+"""The name the pair-only harness had: a group of two."""
 
 
 def load_tasks(dataset: Path) -> dict[str, Task]:
@@ -158,21 +178,35 @@ def load_tasks(dataset: Path) -> dict[str, Task]:
     return tasks
 
 
-def _subset(dataset: Path, subset: str) -> dict[str, list[tuple[int, int]]]:
+def _subset(dataset: Path, subset: str, size: int | None
+            ) -> dict[str, list[tuple[int, ...]]]:
+    """The groups a subset file lists per task key: its `pairs` and `groups` entries
+    (lists of feature ids, each a unit, in agent order), and for an entry with
+    `features` every `size`-combination of them (pairs without `size`). With `size`,
+    only the listed groups of that size."""
     path = Path(subset)
     if not path.exists():
         path = dataset / "subsets" / f"{subset}.json"
     if not path.exists():
         raise FileNotFoundError(f"no subset {subset!r} (looked for {path})")
     data = json.loads(path.read_text())
-    out: dict[str, list[tuple[int, int]]] = {}
+    out: dict[str, list[tuple[int, ...]]] = {}
     for t in data["tasks"]:
         key = f"{t['repo']}/task{t['task_id']}"
-        pairs = t.get("pairs")
-        if pairs is None and "features" in t:
-            pairs = list(combinations(sorted(t["features"]), 2))
-        out.setdefault(key, []).extend((int(a), int(b)) for a, b in pairs or [])
+        listed = [tuple(int(f) for f in g) for g in (*t.get("pairs", ()), *t.get("groups", ()))]
+        if "features" in t and "pairs" not in t and "groups" not in t:
+            listed = list(combinations(sorted(int(f) for f in t["features"]), size or 2))
+        out.setdefault(key, []).extend(g for g in listed if size is None or len(g) == size)
     return out
+
+
+def spread(groups: list[tuple[int, ...]], cap: int | None) -> list[tuple[int, ...]]:
+    """At most `cap` of `groups`, spread evenly over their order (the i-th of `cap` is
+    `groups[i * len // cap]`), so the choice is deterministic and not all the groups
+    of the first features."""
+    if cap is None or cap >= len(groups):
+        return list(groups)
+    return [groups[i * len(groups) // cap] for i in range(max(0, cap))]
 
 
 def _match_task(spec: str, tasks: dict[str, Task]) -> list[str]:
@@ -187,7 +221,7 @@ def _match_task(spec: str, tasks: dict[str, Task]) -> list[str]:
     return found
 
 
-def select_pairs(
+def select_groups(
     tasks: dict[str, Task],
     *,
     dataset: Path | None = None,
@@ -195,35 +229,46 @@ def select_pairs(
     task: str | None = None,
     features: str | None = None,
     pairs: str | None = None,
-) -> list[Pair]:
-    """The pairs to run: every 2-combination of each chosen task's features, or a
-    subset's pairs; `task` (comma-separated keys, ids or substrings), `features`
-    ("1,2,3": pairs among these) and `pairs` ("1-2,3-4", or N for the first N)
-    narrow it. Raises ValueError or FileNotFoundError for a bad choice."""
+    group_size: int | None = None,
+    groups: int | None = None,
+) -> list[Group]:
+    """The units to run: every `group_size`-combination (default 2: pairs) of each
+    chosen task's features, at most `groups` of them per task (`spread`), or a
+    subset's groups (those of `group_size` when given); `task` (comma-separated keys,
+    ids or substrings), `features` ("1,2,3": groups among these) and `pairs` ("1-2,3-4"
+    or "1-2-3", or N for the first N) narrow it. Raises ValueError or
+    FileNotFoundError for a bad choice."""
+    if group_size is not None and group_size < 2:
+        raise ValueError("--group-size is at least 2")
     if subset:
         if dataset is None:
             raise ValueError("--subset needs --dataset")
-        chosen = {k: v for k, v in _subset(dataset, subset).items() if k in tasks}
+        chosen = {k: spread(v, groups) for k, v in _subset(dataset, subset, group_size).items()
+                  if k in tasks}
     else:
-        chosen = {k: list(combinations(list(t.features), 2)) for k, t in tasks.items()}
+        chosen = {k: spread(list(combinations(list(t.features), group_size or 2)), groups)
+                  for k, t in tasks.items()}
     if task:
         keys = {k for s in task.split(",") if s.strip() for k in _match_task(s, tasks)}
         chosen = {k: v for k, v in chosen.items() if k in keys}
-    out = [Pair(k, a, b) for k, v in chosen.items() for a, b in v
-           if a in tasks[k].features and b in tasks[k].features]
+    out = [Group(k, g) for k, v in chosen.items() for g in v
+           if len(set(g)) == len(g) and all(f in tasks[k].features for f in g)]
     if features:
         want = {int(x) for x in features.split(",") if x.strip()}
-        out = [p for p in out if p.f1 in want and p.f2 in want]
+        out = [g for g in out if want.issuperset(g.ids)]
     if pairs:
         if pairs.strip().isdigit():
             out = sorted(out)[: int(pairs)]
         else:
-            want_pairs = set()
-            for item in pairs.split(","):
-                a, _, b = item.strip().replace(":", "-").partition("-")
-                want_pairs.add((int(a), int(b)))
-            out = [p for p in out if (p.f1, p.f2) in want_pairs]
+            listed = {tuple(int(x) for x in item.strip().replace(":", "-").split("-"))
+                      for item in pairs.split(",") if item.strip()}
+            out = [g for g in out if g.ids in listed]
     return sorted(set(out))
+
+
+def select_pairs(tasks: dict[str, Task], **choice: Any) -> list[Group]:
+    """`select_groups` (pairs unless `group_size` says otherwise)."""
+    return select_groups(tasks, **choice)
 
 
 def mini_suite() -> Path:

@@ -12,12 +12,13 @@ import asyncio
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from ._host_env import Environment
 from ._repos import git
-from ._workbench import ApplyStatus, MergeRun, TestRun, parse_results
+from ._workbench import ApplyStatus, MergeRun, TestRun, fold_order, parse_results
 
 __all__ = ["GitWorkbench"]
 
@@ -45,9 +46,9 @@ class GitWorkbench:
         git(path, "checkout", "-q", "--force", base)
         return cls(path, base, env)
 
-    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
+    async def merge(self, patches: Sequence[str], *, union: bool = False) -> MergeRun:
         """See `Workbench.merge`."""
-        return await asyncio.to_thread(self._merge, patch1, patch2, union)
+        return await asyncio.to_thread(self._merge, list(patches), union)
 
     async def normalize(self, patch: str) -> str:
         """See `Workbench.normalize`."""
@@ -92,41 +93,45 @@ class GitWorkbench:
         git(self.path, "commit", "-q", "--allow-empty", "--no-verify", "-m", f"Agent {n} changes")
         return status
 
-    def _merge(self, patch1: str, patch2: str, union: bool) -> MergeRun:
-        """On agent2 `git merge agent1 --no-commit --no-ff`; with `union`, again with
-        `* merge=union` in .gitattributes."""
-        p1, p2 = self._write("patch1.patch", patch1), self._write("patch2.patch", patch2)
-        a1 = self._branch("agent1", p1, 1)
-        a2 = self._branch("agent2", p2, 2)
-        git(self.path, "checkout", "-q", "agent2")
-        if git(self.path, "merge", "agent1", "--no-commit", "--no-ff", check=False).returncode == 0:
-            return self._merged(a1, a2, "naive")
-        git(self.path, "merge", "--abort", check=False)
+    def _merge(self, patches: list[str], union: bool) -> MergeRun:
+        """Branches agent1..agentN, then the fold (`_fold`); with `union`, a conflicted
+        fold again with `* merge=union` in .gitattributes."""
+        applies = tuple(self._branch(f"agent{n}", self._write(f"patch{n}.patch", p), n)
+                        for n, p in enumerate(patches, 1))
+        step = self._fold(len(patches))
+        if step is None:
+            return self._merged(applies, "naive")
         if not union:
-            return MergeRun(a1, a2, True, "", "naive")
-        git(self.path, "reset", "-q", "--hard", "HEAD")
-        attrs = self.path / ".gitattributes"
-        had = attrs.read_bytes() if attrs.exists() else None
-        with attrs.open("a") as f:
-            f.write("* merge=union\n")
-        try:
-            rc = git(self.path, "merge", "agent1", "--no-commit", "--no-ff", check=False)
-            if rc.returncode == 0:
-                return self._merged(a1, a2, "union")
-            git(self.path, "merge", "--abort", check=False)
-            return MergeRun(a1, a2, True, "", "union", union_conflict=True)
-        finally:
-            if had is None:
-                attrs.unlink(missing_ok=True)
-            else:
-                attrs.write_bytes(had)
+            return MergeRun(applies, True, "", "naive", step=step)
+        # The next step's reset() drops the appended line again.
+        if self._fold(len(patches), self.path / ".gitattributes") is None:
+            return self._merged(applies, "union", step)
+        return MergeRun(applies, True, "", "union", union_conflict=True, step=step)
 
-    def _merged(self, a1: ApplyStatus, a2: ApplyStatus, strategy: Literal["naive", "union"]
-                ) -> MergeRun:
-        git(self.path, "commit", "-q", "--allow-empty", "--no-verify", "-m", "Temp merge")
+    def _fold(self, n: int, union_attrs: Path | None = None) -> int | None:
+        """On a branch `merged` from agent2: `git merge agent1 --no-commit --no-ff`, a
+        commit, then each of agent3..agentN the same way. The step that conflicted
+        (`MergeRun.step`), the merge aborted; None when all merged (HEAD is the fold)."""
+        self.reset()
+        git(self.path, "checkout", "-q", "-B", "merged", "agent2")
+        if union_attrs is not None:
+            with union_attrs.open("a") as f:
+                f.write("* merge=union\n")
+        for k, agent in enumerate(fold_order(n)[1:], 2):
+            rc = git(self.path, "merge", f"agent{agent + 1}", "--no-commit", "--no-ff",
+                     check=False).returncode
+            if rc != 0:
+                git(self.path, "merge", "--abort", check=False)
+                return k
+            git(self.path, "commit", "-q", "--allow-empty", "--no-verify", "-m",
+                f"Temp merge of agent{agent + 1}")
+        return None
+
+    def _merged(self, applies: tuple[ApplyStatus, ...], strategy: Literal["naive", "union"],
+                step: int | None = None) -> MergeRun:
         diff = git(self.path, "diff", "--binary", self.base, "HEAD").stdout
         tree = git(self.path, "rev-parse", "HEAD^{tree}").stdout.strip()
-        return MergeRun(a1, a2, False, diff, strategy, tree=tree)
+        return MergeRun(applies, False, diff, strategy, tree=tree, step=step)
 
     def _normalize(self, patch: str) -> str:
         p = self._write("identical.patch", patch)

@@ -1,11 +1,12 @@
 """CooperBench's grading rules (0.0.29 `test_merged` and `test_solo`) on a `Workbench`.
 
-coop:   strip test files from both patches; agent1 = base + patch1, agent2 = base +
-        patch2 (`git apply`, else `--3way`; a failure is `missing_input`); on agent2
-        `git merge agent1 --no-commit --no-ff`. Clean: each feature's tests run on base
-        + merged diff + its tests.patch. Conflict or missing input: both fail unless
-        agent1's patch alone (the lead's) passes both suites. Byte-identical patches
-        skip the merge. `union` retries a conflicted merge with `* merge=union`
+coop:   strip test files from every patch; agent k = base + patch k (`git apply`,
+        else `--3way`; a failure is `missing_input`); on agent2 `git merge agent1
+        --no-commit --no-ff`, then (N agents, PR #75's `test_merged_n`) each of agent3..N
+        merged into that result in turn. Clean: each feature's tests run on base +
+        merged diff + its tests.patch. Conflict or missing input: all fail unless
+        agent1's patch alone (the lead's) passes every feature's suite. Byte-identical
+        patches skip the merge. `union` retries a conflicted fold with `* merge=union`
         (<= 0.0.15); `corral` grades the tree Corral's merge made.
 solo:   one patch, tested against each feature's tests.
 """
@@ -13,7 +14,7 @@ solo:   one patch, tested against each feature's tests.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._patches import sanitize, strip_tests
@@ -32,12 +33,14 @@ _TAIL = 1500
 
 @dataclass
 class Grade:
-    """A graded pair: both features' results and how the merge went."""
+    """A graded unit: each feature's results and how the merge went."""
 
-    features: tuple[FeatureResult, FeatureResult]
+    features: tuple[FeatureResult, ...]
     merge_status: MergeStatus
     strategy: str
-    apply: tuple[str, str] = ("", "")
+    apply: tuple[str, ...] = ()
+    merge_step: int | None = None
+    """The fold step that conflicted (`MergeRun.step`)."""
     merged_diff: str = ""
     merge_seconds: float = 0.0
     test_seconds: float = 0.0
@@ -84,36 +87,32 @@ class _Clock:
 
 async def grade_merged(
     bench: Workbench,
-    f1: int,
-    f2: int,
-    patch1: str,
-    patch2: str,
+    fids: Sequence[int],
+    patches: Sequence[str],
     run_tests: TestRunner,
     *,
     policy: MergePolicy = "plain",
     corral_diff: str | None = None,
 ) -> Grade:
-    """Grade a coop pair by 0.0.29's rules. `corral_diff` is the diff Corral's merge
+    """Grade a coop unit (agent k's `patches[k-1]` for feature `fids[k-1]`) by 0.0.29's
+    rules, folded for N agents as PR #75 does. `corral_diff` is the diff Corral's merge
     made (None: it conflicted), used with policy "corral"."""
-    p1 = strip_tests(sanitize(patch1 or ""))
-    p2 = strip_tests(sanitize(patch2 or ""))
-    grade = Grade((FeatureResult(id=f1, passed=False), FeatureResult(id=f2, passed=False)),
-                  "none", "")
+    stripped = [strip_tests(sanitize(p or "")) for p in patches]
+    grade = Grade(tuple(FeatureResult(id=f, passed=False) for f in fids), "none", "")
     clock = _Clock(grade, run_tests)
     t = time.perf_counter()
-    if p1 and p2 and p1 == p2:
-        merged = await bench.normalize(p1)
+    if stripped[0] and all(p == stripped[0] for p in stripped[1:]):
+        merged = await bench.normalize(stripped[0])
         grade.merge_seconds = time.perf_counter() - t
-        grade.merge_status, grade.strategy, grade.apply = "identical", "identical", (
-            "applied", "applied")
+        grade.merge_status, grade.strategy = "identical", "identical"
+        grade.apply = ("applied",) * len(fids)
         grade.merged_diff = merged
-        r1 = await clock.test(bench, merged, f1, "f1")
-        r2 = await clock.test(bench, merged, f2, "f2")
-        grade.features = (feature_result(f1, r1), feature_result(f2, r2))
+        grade.features = await _test_all(clock, bench, merged, fids, "f")
         return grade
-    m = await bench.merge(p1, p2, union=policy == "union")
-    grade.apply = (m.apply1, m.apply2)
-    if "failed" in (m.apply1, m.apply2):
+    m = await bench.merge(stripped, union=policy == "union")
+    grade.apply = m.applies
+    grade.merge_step = m.step
+    if "failed" in m.applies:
         status: MergeStatus = "missing_input"
     elif policy == "corral":
         status = "clean" if corral_diff is not None else "conflicts"
@@ -132,35 +131,49 @@ async def grade_merged(
         merged = strip_tests(sanitize(corral_diff)) if policy == "corral" and corral_diff \
             else (m.diff if policy != "corral" else "")
         grade.merged_diff = merged
-        r1 = await clock.test(bench, merged, f1, "f1")
-        r2 = await clock.test(bench, merged, f2, "f2")
-        grade.features = (feature_result(f1, r1), feature_result(f2, r2))
+        grade.features = await _test_all(clock, bench, merged, fids, "f")
         return grade
     why = {"missing_input": "a patch did not apply", "conflicts": "merge conflict"}[status]
     if policy == "union" and m.union_conflict:
         why = "merge conflict (also with merge=union)"
-    results = [feature_result(f1, None, why), feature_result(f2, None, why)]
+    grade.features = tuple(feature_result(f, None, why) for f in fids)
     if m.apply1 == "applied":
-        # The lead fallback: agent1's patch alone, against both suites.
-        s1 = await clock.test(bench, p1, f1, "lead-f1")
-        if s1.passed:
-            s2 = await clock.test(bench, p1, f2, "lead-f2")
-            if s2.passed:
-                results = [feature_result(f1, s1), feature_result(f2, s2)]
-                grade.strategy = "solo-agent1"
-    grade.features = (results[0], results[1])
+        lead = await _lead_fallback(clock, bench, stripped[0], fids)
+        if lead is not None:
+            grade.features = lead
+            grade.strategy = "solo-agent1"
     return grade
 
 
-async def grade_solo(bench: Workbench, f1: int, f2: int, patch: str, run_tests: TestRunner
+async def _test_all(clock: _Clock, bench: Workbench, patch: str, fids: Sequence[int],
+                    label: str) -> tuple[FeatureResult, ...]:
+    """Every feature's tests on base + `patch`."""
+    out = []
+    for i, f in enumerate(fids, 1):
+        out.append(feature_result(f, await clock.test(bench, patch, f, f"{label}{i}")))
+    return tuple(out)
+
+
+async def _lead_fallback(clock: _Clock, bench: Workbench, lead: str, fids: Sequence[int]
+                         ) -> tuple[FeatureResult, ...] | None:
+    """0.0.29's lead fallback, for N features: agent 1's patch alone against each
+    feature's tests in agent order, stopping at the first failure; the results when all
+    pass, else None."""
+    out = []
+    for i, f in enumerate(fids, 1):
+        r = await clock.test(bench, lead, f, f"lead-f{i}")
+        if not r.passed:
+            return None
+        out.append(feature_result(f, r))
+    return tuple(out)
+
+
+async def grade_solo(bench: Workbench, fids: Sequence[int], patch: str, run_tests: TestRunner
                      ) -> Grade:
     """Grade a solo patch: tested against each feature's tests."""
     p = strip_tests(sanitize(patch or ""))
-    grade = Grade((FeatureResult(id=f1, passed=False), FeatureResult(id=f2, passed=False)),
-                  "solo", "solo")
+    grade = Grade(tuple(FeatureResult(id=f, passed=False) for f in fids), "solo", "solo")
     clock = _Clock(grade, run_tests)
-    r1 = await clock.test(bench, p, f1, "f1")
-    r2 = await clock.test(bench, p, f2, "f2")
-    grade.features = (feature_result(f1, r1), feature_result(f2, r2))
+    grade.features = await _test_all(clock, bench, p, fids, "f")
     grade.merged_diff = p
     return grade

@@ -1,7 +1,8 @@
 """The merge step of `--merge corral`: agent 1's scope merged into a fork of agent 2's
-by Corral's merge, and the LLM conflict resolver (`--resolver llm:PROVIDER/MODEL`).
+by Corral's merge (N agents: then agents 3..N into it, in turn), and the LLM conflict
+resolver (`--resolver llm:PROVIDER/MODEL`).
 
-Corral merges agent 1's scope into a fork of agent 2's (`merged`). When that conflicts,
+Corral merges agent 1's scope into a fork of agent 2's (`merged`). When a merge conflicts,
 the model sees each conflicted file as git shows it with `merge.conflictStyle=diff3`:
 the file with every clean change of both sides merged in, and each conflicting region
 numbered, with agent 2's lines ("ours"), the base's and agent 1's ("theirs"). It answers
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from coordinator import Conflict, Coordinator, MergeResult, Scope
 
 from ._agent_report import AgentReport
 from ._patches import git_merge_file
+from ._workbench import fold_order
 
 if TYPE_CHECKING:
     from agents import ModelCaller
@@ -181,10 +184,23 @@ async def resolve_merge(coord: Coordinator, target: Scope, other: Scope, resolve
     return merged
 
 
-async def merge_agents(coord: Coordinator, agent1: Scope, agent2: Scope, name: str,
+async def merge_agents(coord: Coordinator, agents: Sequence[Scope], name: str,
                        resolver: str | None, base_url: str | None, report: AgentReport
                        ) -> tuple[Scope, MergeResult]:
-    """`agent1` merged into `name`, a fork of `agent2` (resolved by `resolver` when
-    it conflicts): the merged scope and the merge's result."""
-    target = await agent2.fork(name)
-    return target, await resolve_merge(coord, target, agent1, resolver, base_url, report)
+    """The agents' scopes folded into `name`, a fork of agent 2's: agent 1 merged into
+    it, then agents 3..N in turn (the evaluation's fold); each merge that conflicts is
+    resolved by `resolver` when there is one, and the first that stays conflicted
+    stops the fold. The merged scope and the last merge's result (its conflicts when
+    the fold stopped)."""
+    order = [agents[i] for i in fold_order(len(agents))]
+    target = await order[0].fork(name)
+    if resolver is None:
+        team = await coord.merge_team(target, order[1:], order="given")
+        return target, team.conflict or team.merges[-1]
+    result: MergeResult | None = None
+    for member in order[1:]:
+        result = await resolve_merge(coord, target, member, resolver, base_url, report)
+        if result.tree is None:
+            break
+    assert result is not None
+    return target, result

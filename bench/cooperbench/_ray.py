@@ -1,4 +1,4 @@
-"""`--executor ray`: each (pair, setting) unit is a Ray task. A worker prepares (or
+"""`--executor ray`: each (group, setting) unit is a Ray task. A worker prepares (or
 reuses, from `--env-cache`) the task's repository and environment on its own machine,
 runs the unit on its own state (the task's coordinator at traces/<task>/ray-<pid>,
 opened per unit), and returns the results, which the driver appends to the results file
@@ -45,7 +45,7 @@ def _run_remote(spec: RunSpec, task: Task, unit: Unit) -> tuple[list[dict[str, A
         async def one() -> tuple[list[PairResult], float]:
             async with AsyncExitStack() as stack:
                 state = await opening.open(stack, spec)
-                rs = await run_unit(spec.unit_config(), state, unit.pair, unit.setting,
+                rs = await run_unit(spec.unit_config(), state, unit.group, unit.setting,
                                     load_agent(spec.agent, spec.options))
                 return rs, (0.0 if state.cached else state.prepared_s)
 
@@ -84,9 +84,9 @@ def run_ray(spec: RunSpec, tasks: dict[str, Task], units: list[Unit], store: Res
                     rows, prep = ray.get(ref)
                     results = [PairResult.model_validate(r) for r in rows]
                     if prep:
-                        prepared[unit.pair.task] = round(prep, 2)
+                        prepared[unit.group.task] = round(prep, 2)
                 except Exception as e:
-                    results = skipped(tasks[unit.pair.task], unit, spec, "error",
+                    results = skipped(tasks[unit.group.task], unit, spec, "error",
                                        f"ray task failed: {type(e).__name__}: {e}")
                 store.append(results)
                 done(unit, results)

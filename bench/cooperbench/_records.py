@@ -1,11 +1,12 @@
-"""What a run writes: one `PairResult` per (pair, setting, merge policy), a line of
-JSON each in the run's results file (format version 1)."""
+"""What a run writes: one `PairResult` per (unit, setting, merge policy), a line of
+JSON each in the run's results file (format version 2: a unit's features are `group`,
+N of them; version 1 lines, pairs as `f1` and `f2`, are read as groups of two)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "FORMAT_VERSION",
@@ -18,9 +19,12 @@ __all__ = [
     "Timings",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 Setting = Literal["solo", "coop", "supervised"]
+"""How a unit's features are worked. A further setting is a name here, its rules in
+`_team_rules.SETTING_RULES` (one agent for all features or one per feature; under the
+supervisor or not) and its work in `_team.TEAMS`."""
 MergePolicy = Literal["plain", "union", "corral"]
 PairStatus = Literal["passed", "failed", "error", "unsupported"]
 MergeStatus = Literal["clean", "conflicts", "missing_input", "identical", "solo", "none"]
@@ -67,8 +71,8 @@ class PairResult(_Frozen):
     kind: Literal["cooperbench.pair"] = "cooperbench.pair"
     version: int = FORMAT_VERSION
     task: str
-    f1: int
-    f2: int
+    group: tuple[int, ...]
+    """The unit's features, in agent order (agent k worked on the k-th)."""
     setting: Setting
     merge: MergePolicy | Literal["-"]
     """The evaluation's merge policy ("-" for solo: nothing to merge)."""
@@ -78,8 +82,11 @@ class PairResult(_Frozen):
     merge_status: MergeStatus = "none"
     strategy: str = ""
     """naive, union, corral, solo-agent1 (the lead fallback won), identical, solo."""
-    apply: tuple[str, str] = ("", "")
+    apply: tuple[str, ...] = ()
     """Whether each agent's stripped patch applied to base: applied, skipped, failed."""
+    merge_step: int | None = None
+    """The fold step that conflicted (`MergeRun.step`: 2 for agent 1 into agent 2, k >= 3
+    for agent k into the fold before it); None when none did."""
     features: tuple[FeatureResult, ...] = ()
     timings: Timings = Field(default_factory=Timings)
     prompt_tokens: int = 0
@@ -112,9 +119,26 @@ class PairResult(_Frozen):
     patches: dict[str, str] = Field(default_factory=dict)
     """Path (under the run directory) of each agent's patch and of the merged diff."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _version1(cls, data: Any) -> Any:
+        """A version 1 line: the pair's `f1` and `f2` are the group."""
+        if isinstance(data, dict) and "group" not in data and "f1" in data:
+            data = {k: v for k, v in data.items() if k not in ("f1", "f2")} | {
+                "group": (data["f1"], data["f2"])}
+        return data
+
     @property
-    def unit(self) -> tuple[str, int, int, str]:
-        return (self.task, self.f1, self.f2, self.setting)
+    def size(self) -> int:
+        return len(self.group)
+
+    @property
+    def label(self) -> str:
+        return "-".join(map(str, self.group))
+
+    @property
+    def unit(self) -> tuple[str, tuple[int, ...], str]:
+        return (self.task, self.group, self.setting)
 
     @property
     def passed(self) -> bool:

@@ -1,6 +1,10 @@
-"""The report: pair pass rates with Wilson 95% intervals (errors apart), merge-clean
+"""The report: unit pass rates with Wilson 95% intervals (errors apart), merge-clean
 rate, per-feature pass, coop/solo retention, paired McNemar tests between settings,
-tokens and cost per pair, time per pair; as a rich table, JSON, Markdown and a PNG."""
+tokens and cost per unit, time per unit; as a rich table, JSON, Markdown and a PNG.
+
+A row is a setting (and merge policy) at one group size: `coop/plain` for pairs,
+`coop/plain N=3` for groups of three. Retention is against solo at the same size;
+McNemar compares two rows of the same size on the units both ran."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from ._records import PairResult
+from ._team_rules import SETTING_RULES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,44 +46,62 @@ def mcnemar(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def _setting_key(r: PairResult) -> str:
+    return r.setting if r.merge == "-" else f"{r.setting}/{r.merge}"
+
+
+def _label(key: str, size: int) -> str:
+    """A row's label: the setting (and merge policy), then the group size unless 2."""
+    return key if size == 2 else f"{key} N={size}"
+
+
 def _row_key(r: PairResult) -> str:
-    return r.setting if r.setting == "solo" else f"{r.setting}/{r.merge}"
+    return _label(_setting_key(r), r.size)
+
+
+def _order(key: str, size: int) -> tuple[int, int, str]:
+    settings = list(SETTING_RULES)
+    name = key.split("/")[0].split(" ")[0]
+    return (size, settings.index(name) if name in settings else len(settings), key)
 
 
 def summarize(results: list[PairResult], prepared: dict[str, float] | None = None
               ) -> dict[str, Any]:
     """The report as data."""
     rows: dict[str, list[PairResult]] = defaultdict(list)
+    sizes: dict[str, int] = {}
     for r in results:
         rows[_row_key(r)].append(r)
-    order = sorted(rows, key=lambda k: (["solo", "coop", "supervised"].index(k.split("/")[0]),
-                                         k))
+        sizes[_row_key(r)] = r.size
+    order = sorted(rows, key=lambda k: _order(k, sizes[k]))
     out: dict[str, Any] = {"rows": [_row(key, rows[key]) for key in order], "mcnemar": [],
                            "retention": [], "per_task": []}
     rates = {row["row"]: row["pass_rate"] for row in out["rows"]}
-    solo = rates.get("solo")
-    for key, rate in rates.items():
-        if key != "solo" and solo and rate is not None:
-            out["retention"].append({"row": key, "retention": round(rate / solo, 4)})
-    by_pair = {key: {(r.task, r.f1, r.f2): r.passed for r in rows[key] if r.counted}
+    for row in out["rows"]:
+        solo = rates.get(_label("solo", row["size"]))
+        if row["row"].split(" ")[0] != "solo" and solo and row["pass_rate"] is not None:
+            out["retention"].append({"row": row["row"], "size": row["size"],
+                                     "retention": round(row["pass_rate"] / solo, 4)})
+    by_unit = {key: {(r.task, r.group): r.passed for r in rows[key] if r.counted}
                for key in order}
     for i, a in enumerate(order):
         for b in order[i + 1:]:
-            common = set(by_pair[a]) & set(by_pair[b])
-            if not common:
+            common = set(by_unit[a]) & set(by_unit[b])
+            if not common or sizes[a] != sizes[b]:
                 continue
-            only_a = sum(by_pair[a][p] and not by_pair[b][p] for p in common)
-            only_b = sum(by_pair[b][p] and not by_pair[a][p] for p in common)
-            out["mcnemar"].append({"a": a, "b": b, "pairs": len(common), "only_a": only_a,
-                                   "only_b": only_b, "p_value": round(mcnemar(only_a, only_b),
-                                                                      4)})
+            only_a = sum(by_unit[a][p] and not by_unit[b][p] for p in common)
+            only_b = sum(by_unit[b][p] and not by_unit[a][p] for p in common)
+            out["mcnemar"].append({"a": a, "b": b, "size": sizes[a], "pairs": len(common),
+                                   "only_a": only_a, "only_b": only_b,
+                                   "p_value": round(mcnemar(only_a, only_b), 4)})
     tasks: dict[tuple[str, str], list[PairResult]] = defaultdict(list)
     for r in results:
         tasks[(r.task, _row_key(r))].append(r)
     for (task, key), rs in sorted(tasks.items()):
         counted = [r for r in rs if r.counted]
         out["per_task"].append({
-            "task": task, "row": key, "pairs": len(rs), "passed": sum(r.passed for r in counted),
+            "task": task, "row": key, "size": rs[0].size, "pairs": len(rs),
+            "passed": sum(r.passed for r in counted),
             "conflicts": sum(r.merge_status in ("conflicts", "missing_input") for r in counted),
             "errors": sum(r.status == "error" for r in rs),
             "unsupported": sum(r.status == "unsupported" for r in rs),
@@ -102,14 +125,15 @@ def _row(key: str, rs: list[PairResult]) -> dict[str, Any]:
     k = sum(r.passed for r in counted)
     n = len(counted)
     lo, hi = wilson(k, n)
-    merged = [r for r in counted if r.setting != "solo"]
+    merged = [r for r in counted if r.merge != "-"]
     clean = sum(r.merge_status in ("clean", "identical") for r in merged)
     feats = [f for r in counted for f in r.features]
     totals = [r.timings.total for r in counted]
     own = [r.timings.open + r.timings.fork + r.timings.apply + r.timings.close
            + r.timings.merge + r.timings.test - r.timings.test_commands for r in counted]
     return {
-        "row": key, "pairs": len(rs), "counted": n, "passed": k,
+        "row": key, "size": rs[0].size if rs else 2, "pairs": len(rs), "counted": n,
+        "passed": k,
         "failed": n - k, "errors": sum(r.status == "error" for r in rs),
         "unsupported": sum(r.status == "unsupported" for r in rs),
         "pass_rate": round(k / n, 4) if n else None,
@@ -209,7 +233,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"- retention {r['row']}/solo: {r['retention']:.2f}")
     for m in summary["mcnemar"]:
         lines.append(f"- McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} "
-                     f"discordant of {m['pairs']} pairs, p = {m['p_value']:.3g}")
+                     f"discordant of {m['pairs']} units, p = {m['p_value']:.3g}")
     return "\n".join(lines) + "\n"
 
 
@@ -233,11 +257,11 @@ def plot(summary: dict[str, Any], results: list[PairResult], path: Path) -> Figu
     ax1.set_ylim(0, 1)
     ax1.set_ylabel("pair pass rate (Wilson 95%)")
     kinds = ["clean", "identical", "conflicts", "missing_input"]
-    merged_rows = [r["row"] for r in rows if r["row"] != "solo"]
+    merged_rows = [r["row"] for r in rows if not r["row"].startswith("solo")]
     bottom = [0.0] * len(merged_rows)
     for kind in kinds:
-        vals = [sum(1 for x in results if x.counted and x.setting != "solo"
-                    and f"{x.setting}/{x.merge}" == row and x.merge_status == kind)
+        vals = [sum(1 for x in results if x.counted and x.merge != "-"
+                    and _row_key(x) == row and x.merge_status == kind)
                 for row in merged_rows]
         ax2.bar(range(len(merged_rows)), vals, bottom=bottom, label=kind)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]

@@ -1,5 +1,6 @@
-"""A benchmark run: choose pairs, prepare each task once, run every (pair, setting)
-unit on an executor (here, or as Ray tasks: `_ray`), store results as they finish.
+"""A benchmark run: choose groups (pairs, or N features), prepare each task once, run
+every (group, setting) unit on an executor (here, or as Ray tasks: `_ray`), store
+results as they finish.
 
     <out>/results.jsonl   one PairResult per line (what --resume reads back)
     <out>/traces/<task>/   the task's Corral state: every unit's scopes (`corral trace`)
@@ -15,11 +16,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from ._agents import load_agent
-from ._dataset import Pair, Task, load_tasks, select_pairs
+from ._dataset import Group, Task, load_tasks, select_groups
 from ._records import PairResult
 from ._spec import RunSpec
 from ._store import ResultStore
-from ._team_rules import check_supervisor, supervisor_policies
+from ._team_rules import SETTING_RULES, check_supervisor, supervisor_policies
 from ._units import TaskContext, Unit, pending_units, run_unit, unprepared
 
 __all__ = ["Progress", "plan", "run", "run_local"]
@@ -27,14 +28,16 @@ __all__ = ["Progress", "plan", "run", "run_local"]
 Progress = Callable[[Unit, list[PairResult]], None]
 
 
-def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Pair]]:
-    """The tasks and the pairs the spec selects. Raises ValueError, FileNotFoundError."""
+def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Group]]:
+    """The tasks and the groups the spec selects. Raises ValueError, FileNotFoundError."""
     tasks = load_tasks(spec.dataset_dir)
-    pairs = select_pairs(tasks, dataset=spec.dataset_dir, subset=spec.subset, task=spec.task,
-                         features=spec.features, pairs=spec.pairs)
-    if not pairs:
-        raise ValueError("no pair selected")
-    return tasks, pairs
+    groups = select_groups(tasks, dataset=spec.dataset_dir, subset=spec.subset,
+                           task=spec.task, features=spec.features, pairs=spec.pairs,
+                           group_size=spec.group_size, groups=spec.groups)
+    if not groups:
+        raise ValueError("no group selected" if spec.group_size not in (None, 2)
+                         else "no pair selected")
+    return tasks, groups
 
 
 async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
@@ -69,12 +72,12 @@ async def run_local(spec: RunSpec, tasks: dict[str, Task], units: list[Unit],
                 unit = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            task = tasks[unit.pair.task]
+            task = tasks[unit.group.task]
             ctx = await context(task)
             results = unprepared(task, unit, spec, ctx)
             if results is None:
                 assert isinstance(ctx, TaskContext) and ctx.opened is not None
-                results = await run_unit(cfg, ctx.opened, unit.pair, unit.setting, agent)
+                results = await run_unit(cfg, ctx.opened, unit.group, unit.setting, agent)
             store.append(results)
             on_done(unit, results)
 
@@ -91,14 +94,14 @@ def run(spec: RunSpec, on_start: Callable[[int], None] | None = None,
     "seconds": wall}. Raises ValueError / FileNotFoundError for a bad selection."""
     started = time.monotonic()
     agent = load_agent(spec.agent, spec.options)
-    if "supervised" in spec.settings:
+    if any(SETTING_RULES[s].supervised for s in spec.settings):
         supervisor_policies(spec.supervisor)  # a bad --supervisor fails before any work
         check_supervisor(spec.supervisor, agent)
-    tasks, pairs = plan(spec)
+    tasks, groups = plan(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(spec.out / "results.jsonl", resume=spec.resume)
     try:
-        units = pending_units(spec, pairs, store)
+        units = pending_units(spec, groups, store)
         if on_start:
             on_start(len(units))
         done = on_done or (lambda u, r: None)
@@ -110,8 +113,8 @@ def run(spec: RunSpec, on_start: Callable[[int], None] | None = None,
             prepared = asyncio.run(run_local(spec, tasks, units, store, done))
     finally:
         store.close()
-    wanted = {(p.task, p.f1, p.f2) for p in pairs}
-    results = [r for r in store.results if (r.task, r.f1, r.f2) in wanted
+    wanted = {(g.task, g.ids) for g in groups}
+    results = [r for r in store.results if (r.task, r.group) in wanted
                and r.setting in spec.settings and (r.merge in spec.merges or r.merge == "-")]
     return {"results": results, "prepared": prepared,
-            "seconds": round(time.monotonic() - started, 2), "pairs": len(pairs)}
+            "seconds": round(time.monotonic() - started, 2), "pairs": len(groups)}

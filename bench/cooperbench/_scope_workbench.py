@@ -5,9 +5,10 @@ the trace.
 - an agent branch (base + patch): the agent's own scope when the graded patch is its
   whole diff (the tree is then base + patch by construction), else a fork of `env`
   with `scope.patch(patch)` (`git apply`, then `--3way`);
-- the merge (`git merge agent1 --no-commit --no-ff` on agent2): agent1's branch merged
-  into a fork of agent2's by Corral's merge (libgit2's verdicts and trees, which agree
-  with git's; `union` as `* merge=union` gives);
+- the merge (`git merge agent1 --no-commit --no-ff` on agent2, then agent3.. into the
+  result): the branches merged in that order into a fork of agent2's by
+  `Coordinator.merge_team` (libgit2's verdicts and trees, which agree with git's;
+  `union` as `* merge=union` gives);
 - each test run: a fork of the merged state (or of the branch the rules test) and one
   `scope.exec`, network off, of runner.sh's last steps: the feature's tests.patch
   applied as runner.sh applies it (`git apply --ignore-whitespace
@@ -22,13 +23,14 @@ task state's event loop itself: no thread hop to and from it per step.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
 
 from coordinator import ExecOutcome, PatchError, Scope
 
 from ._recipe import REPO
 from ._task_state import TaskState
-from ._workbench import ApplyStatus, MergeRun, TestRun, parse_results
+from ._workbench import ApplyStatus, MergeRun, TestRun, fold_order, parse_results
 
 __all__ = ["ScopeWorkbench"]
 
@@ -81,25 +83,40 @@ class ScopeWorkbench:
         self._states[patch] = s
         return s, "applied"
 
-    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
-        """Branches agent1 and agent2, and agent1 merged into a fork of agent2."""
-        b1, a1 = await self._branch(patch1, 1)
-        b2, a2 = await self._branch(patch2, 2)
-        if "failed" in (a1, a2):
-            return MergeRun(a1, a2, False, "", "naive")
-        target = await self._fork(b2, "merged")
-        m = await target.merge(b1)
+    async def merge(self, patches: Sequence[str], *, union: bool = False) -> MergeRun:
+        """Branches agent1..agentN and their fold (`MergeRun`): the other branches
+        merged in fold order into a fork of agent2's by `Coordinator.merge_team`."""
+        branches = [await self._branch(p, n) for n, p in enumerate(patches, 1)]
+        applies = tuple(a for _, a in branches)
+        if "failed" in applies:
+            return MergeRun(applies, False, "", "naive")
+        order = [branches[i][0] for i in fold_order(len(branches))]
+        team = await self._fold(order, "fail")
         strategy: Literal["naive", "union"] = "naive"
-        if m.conflicts:
+        step = None
+        if team.stopped is not None:
+            step = _step(order, team.stopped)
             if not union:
-                return MergeRun(a1, a2, True, "", "naive")
-            m = await target.merge(b1, strategy="union")
+                return MergeRun(applies, True, "", "naive", step=step)
+            team = await self._fold(order, "union")
             strategy = "union"
-            if m.conflicts:
-                return MergeRun(a1, a2, True, "", "union", union_conflict=True)
+            if team.stopped is not None:
+                return MergeRun(applies, True, "", "union", union_conflict=True, step=step)
+        target = self.state.coord.scopes[team.into]
         diff = self.state.diff(target)
         self._states[diff] = target
-        return MergeRun(a1, a2, False, diff, strategy, tree=m.tree)
+        return MergeRun(applies, False, diff, strategy, tree=team.tree, step=step)
+
+    async def _fold(self, order: list[Scope], strategy: Literal["fail", "union"]) -> _Fold:
+        """A fork of `order[0]` with the rest merged into it in order (each branch once:
+        two agents whose branch is the same scope, or base, merge it once, as git's
+        second merge of a branch is "Already up to date")."""
+        target = await self._fork(order[0], "merged")
+        members = [s for i, s in enumerate(order[1:], 1)
+                   if all(s is not o for o in order[:i])]
+        t = await self.state.coord.merge_team(target, members, order="given",
+                                              strategy=strategy)
+        return _Fold(target.name, t.tree, t.stopped)
 
     async def normalize(self, patch: str) -> str:
         """The identical-patch path: the patch as the tree it makes diffs (unchanged
@@ -158,6 +175,19 @@ class ScopeWorkbench:
         code = None if outcome.timed_out else outcome.returncode
         return TestRun(code == 0 and tp > 0, code, tp, tf, output,
                        time.perf_counter() - started, outcome.timed_out, outcome.duration_s)
+
+
+class _Fold(NamedTuple):
+    into: str
+    tree: str
+    stopped: str | None
+    """The member whose merge conflicted."""
+
+
+def _step(order: list[Scope], stopped: str) -> int:
+    """The fold step (`MergeRun.step`) of the branch named `stopped`: its first place
+    in the fold, counted from 1 (the start is step 1)."""
+    return next(i for i, s in enumerate(order, 1) if s.name == stopped)
 
 
 _ENV_MAX = 100_000

@@ -1,5 +1,5 @@
 """What a run is asked to do: `RunSpec` (everything `corral bench cooperbench` was
-given) and `UnitConfig`, the part of it each (pair, setting) unit works under."""
+given) and `UnitConfig`, the part of it each (group, setting) unit works under."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ class RunSpec:
     task: str | None = None
     features: str | None = None
     pairs: str | None = None
+    group_size: int | None = None
+    """Features per unit (None: pairs, or a subset's groups as listed)."""
+    groups: int | None = None
+    """At most this many groups per task (spread over the combinations)."""
     settings: tuple[Setting, ...] = SETTINGS
     merges: tuple[MergePolicy, ...] = ("plain",)
     agent: str = "oracle"
@@ -82,7 +86,7 @@ class UnitConfig:
     supervisor: str = "conflict-guard"
     messaging: bool = True
     max_steps: int = 60
-    """Steps per pair: solo gets all, each coop agent half (equal budgets per pair)."""
+    """Steps per unit: solo gets all, each of N coop agents 1/N (equal budgets per unit)."""
     max_tokens: int | None = None
     test_timeout: float = 600.0
     backend: str | None = None

@@ -44,9 +44,9 @@ class ResultStore:
         if data and not data.endswith(b"\n"):
             path.write_bytes(data[: data.rfind(b"\n") + 1])
 
-    def done(self) -> set[tuple[str, int, int, str, str]]:
-        """(task, f1, f2, setting, merge) of every stored result."""
-        return {(r.task, r.f1, r.f2, r.setting, r.merge) for r in self.results}
+    def done(self) -> set[tuple[str, tuple[int, ...], str, str]]:
+        """(task, group, setting, merge) of every stored result."""
+        return {(r.task, r.group, r.setting, r.merge) for r in self.results}
 
     def append(self, results: list[PairResult]) -> None:
         """Store a unit's results: one write of whole lines, then they count as done."""

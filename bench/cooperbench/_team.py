@@ -1,19 +1,22 @@
-"""The agents of one pair at work: who works in which scope, with which share of the
-budget (`_team_rules`), and (supervised by a model) under `agents.LLMSupervisor`, a
-model that watches every effect and, on a blocked intent or a failure, injects a note,
-hands one agent's work to the other, rewinds or restarts an agent, or does nothing.
+"""The agents of one unit at work (a group of N features: one agent each, or one for
+all): who works in which scope, with which share of the budget (`_team_rules`), and
+(supervised by a model) under `agents.LLMSupervisor`, a model that watches every
+effect and, on a blocked intent or a failure, injects a note, hands one agent's work
+to another, rewinds or restarts an agent, or does nothing.
 
-Oracles take turns, one hunk each (agent1 first), so runs repeat; under the conflict
-guard a blocked oracle hands its remaining work to the other. The builtin agent runs
-as `agents.CodingAgent` workers (without send_message when messaging is off); any
-other agent (an `agents.Agent`) is awaited on an `AgentContext` each.
+Oracles take turns, one hunk each (agent1 first, then 2..N), so runs repeat; under the
+conflict guard a blocked oracle hands its features to the agent whose work the
+blocked hunk would conflict with, who applies what it holds in agent order
+(`_oracle_team`). The builtin agent runs as
+`agents.CodingAgent` workers (without send_message when messaging is off); any other
+agent (an `agents.Agent`) is awaited on an `AgentContext` each. How each setting works
+is `TEAMS` (a further setting: an entry there and in `_team_rules.SETTING_RULES`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 from coordinator import Coordinator, Scope, SupervisorAction
@@ -21,51 +24,58 @@ from coordinator import Coordinator, Scope, SupervisorAction
 from ._agent_report import AgentReport
 from ._agents import AgentChoice, context
 from ._dataset import Feature
-from ._oracle import OracleAgent, Step, oracle_steps, run_oracle_step
+from ._oracle import OracleAgent
+from ._oracle_team import OracleWorker, guard_handoff, oracle_turn, receiver
 from ._records import Setting
-from ._team_rules import PairBudget, PairRules, TeamConfig, supervisor_model
+from ._team_rules import SETTING_RULES, PairBudget, PairRules, TeamConfig, supervisor_model
 
 if TYPE_CHECKING:
     from agents import AgentContext, AgentResult, CodingAgent, LLMSupervisor
     from agents.providers import Provider
 
-__all__ = ["work"]
+__all__ = ["TEAMS", "TeamWork", "work"]
 
-Worker: TypeAlias = "CodingAgent | _OracleWorker"
+Worker: TypeAlias = "CodingAgent | OracleWorker"
 """What `LLMSupervisor` steers: `name`, `task`, `steps`, `stopped`, `lock`, `scope`,
 `restart()` (the oracle's worker has them too)."""
 
 
+TeamWork = Callable[
+    [TeamConfig, Coordinator, list[Scope], tuple[Feature, ...], Setting, AgentChoice,
+     PairBudget], Awaitable[AgentReport]]
+"""How a setting's agents work: (config, coordinator, the unit's agent scopes, its
+features, the setting, the agent, the unit's budget) -> their report. It may replace
+a scope in the list (an agent restarted in a new scope)."""
+
+
 async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-               features: tuple[Feature, Feature], setting: Setting, agent: AgentChoice,
+               features: tuple[Feature, ...], setting: Setting, agent: AgentChoice,
                rules: PairRules) -> AgentReport:
-    """Run the pair's agents in `scopes` (solo: one) to the end; their report, with
-    the budget and the supervisor's actions in `report.record`. An agent the
-    supervisor restarted works on in a new scope of the same name: `scopes` is
-    updated in place."""
+    """Run the unit's agents in `scopes` (one per feature; a one-agent setting: one)
+    to the end; their report, with the budget and the supervisor's actions in
+    `report.record`. An agent the supervisor restarted works on in a new scope of the
+    same name: `scopes` is updated in place."""
     rules.assign([s.name for s in scopes])
     budget = rules.budget
     budget.attach(coord)
+    one_agent = SETTING_RULES[setting].one_agent
     try:
-        if setting == "solo":
-            report = await _solo(cfg, coord, scopes[0], features, agent)
-        elif agent.oracle:
-            report = await _oracle_team(cfg, coord, scopes, features, setting, budget)
-        else:
-            report = await _model_team(cfg, coord, scopes, features, setting, agent, budget)
+        report = await TEAMS[setting](cfg, coord, scopes, features, setting, agent, budget)
     finally:
         budget.close()
     report.record.update({"max_steps": cfg.max_steps, "max_tokens": cfg.max_tokens,
-                          "messaging": cfg.messaging if setting != "solo" else True})
-    if setting == "supervised":
+                          "messaging": cfg.messaging if not one_agent else True})
+    if SETTING_RULES[setting].supervised:
         report.record["supervisor"] = cfg.supervisor
         report.record["supervisor_tokens"] = budget.usage(_supervisor_scope(scopes))[1]
     return report
 
 
-async def _solo(cfg: TeamConfig, coord: Coordinator, scope: Scope,
-                features: tuple[Feature, Feature], agent: AgentChoice) -> AgentReport:
-    """One agent on both features with the pair's whole budget."""
+async def _solo(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
+                features: tuple[Feature, ...], setting: Setting, agent: AgentChoice,
+                budget: PairBudget) -> AgentReport:
+    """One agent on every feature, in order, with the unit's whole budget."""
+    (scope,) = scopes
     if agent.oracle:
         oracle = OracleAgent(features)
         await oracle(context(coord, scope, features, None, max_steps=cfg.max_steps,
@@ -73,6 +83,18 @@ async def _solo(cfg: TeamConfig, coord: Coordinator, scope: Scope,
         return oracle.report
     return (await _run_agents(cfg, coord, [scope], [features], agent, cfg.max_steps,
                               cfg.max_tokens))
+
+
+async def _team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
+                features: tuple[Feature, ...], setting: Setting, agent: AgentChoice,
+                budget: PairBudget) -> AgentReport:
+    """One agent per feature (coop; supervised: the same under the supervisor)."""
+    if agent.oracle:
+        return await _oracle_team(cfg, coord, scopes, features, setting, budget)
+    return await _model_team(cfg, coord, scopes, features, setting, agent, budget)
+
+
+TEAMS: dict[Setting, TeamWork] = {"solo": _solo, "coop": _team, "supervised": _team}
 
 
 async def _run_agents(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
@@ -109,52 +131,23 @@ async def _run_agents(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scop
 # -- oracles ------------------------------------------------------------------------
 
 
-class _OracleWorker:
-    """An oracle in a team: a queue of gold hunks. It has what `LLMSupervisor` steers
-    (`name`, `task`, `steps`, `stopped`, `lock`, `scope`, `restart`), so a model can
-    supervise oracles: a handoff moves its remaining hunks to the receiver, a restart
-    discards its scope and starts its feature over, a note is read and kept (the
-    oracle follows its gold patch whatever it is told)."""
-
-    def __init__(self, scope: Scope, feature: Feature) -> None:
-        self.scope = scope
-        self.feature = feature
-        self.task = feature.description.strip().splitlines()[0] if feature.description else ""
-        self.queue: deque[Step] = deque(oracle_steps(feature))
-        self.lost: list[Step] = []
-        """Blocked steps: gone unless a handoff gives them to the other agent."""
-        self.lock = asyncio.Lock()
-        self.stopped: str | None = None
-        self.steps = 0
-
-    @property
-    def name(self) -> str:
-        return self.scope.name
-
-    def restart(self, scope: Scope) -> None:
-        self.scope = scope
-        self.queue = deque(oracle_steps(self.feature))
-        self.lost = []
-
-    @property
-    def busy(self) -> bool:
-        return self.stopped is None and bool(self.queue)
-
-
 async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-                       features: tuple[Feature, Feature], setting: Setting,
+                       features: tuple[Feature, ...], setting: Setting,
                        budget: PairBudget) -> AgentReport:
-    """Two oracles taking turns hunk by hunk, agent 1 first.
+    """N oracles taking turns hunk by hunk, agent 1 first.
 
-    Under the conflict guard a blocked oracle hands its remaining hunks to the other
-    (a `message` effect), who merges its branch and applies them after its own; with
-    messaging off it cannot, and the blocked hunk is lost. Under an LLM supervisor the
-    model decides: its handoff moves the blocked hunk and the rest to the receiver;
-    anything else leaves the blocked hunk lost."""
+    Under the conflict guard a blocked oracle hands every feature it holds (a
+    `message` effect) to the agent its hunk would conflict with, who applies them in
+    agent order (`_oracle_team`); with messaging off, or nobody left to take them, the
+    blocked hunk is lost. Under an LLM supervisor the model decides: its handoff moves
+    the blocked hunk and the rest to the receiver; anything else leaves the blocked
+    hunk lost."""
     report = AgentReport()
-    workers = [_OracleWorker(s, f) for s, f in zip(scopes, features, strict=True)]
+    workers = [OracleWorker(s, f, k) for k, (s, f) in enumerate(zip(scopes, features,
+                                                                    strict=True))]
     by_name = {w.name: w for w in workers}
     sup, sup_provider = await _start_supervisor(cfg, coord, workers)
+    guarded = SETTING_RULES[setting].supervised and sup is None
     seen = 0
     try:
         while True:
@@ -167,32 +160,11 @@ async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                 if sup is not None:
                     await sup.settle()
                     seen = _apply_handoffs(sup, seen, by_name, budget, report)
-                async with w.lock:
-                    if not w.busy:
-                        continue
-                    reason = budget.spent(w.name)
-                    if reason:
-                        w.stopped = reason
-                        report.notes.append(reason)
-                        continue
-                    step = w.queue.popleft()
-                    budget.charge(w.name)
-                    w.steps += 1
-                    for m in w.scope.take_messages():
-                        report.notes.append(f"{w.name} got a note from {m.sender}: {m.text}")
-                    result = await run_oracle_step(w.scope, step, report, coord)
+                result = await oracle_turn(w, budget, report, coord)
                 if result is None or not result.blocked:
                     continue
-                w.lost.append(step)
-                if setting != "supervised" or sup is not None:
-                    continue
-                other = next(o for o in workers if o is not w)
-                if not cfg.messaging or other.stopped is not None:
-                    report.notes.append(f"{step.describe()}: blocked, no handoff "
-                                        + ("(messaging off)" if not cfg.messaging else
-                                           "(nobody left)"))
-                    continue
-                await _guard_handoff(w, other, budget, report)
+                if guarded:
+                    await _blocked(cfg, w, workers, result.reason, budget, report)
     finally:
         if sup is not None:
             await _close_supervisor(sup, sup_provider, report)
@@ -200,22 +172,15 @@ async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     return report
 
 
-async def _guard_handoff(w: _OracleWorker, other: _OracleWorker, budget: PairBudget,
-                         report: AgentReport) -> None:
-    """The conflict-guard oracle's own handoff: tell the other, who merges our branch
-    and takes our blocked and remaining hunks."""
-    remaining = [*w.lost, *w.queue]
-    w.queue.clear()
-    w.lost.clear()
-    w.stopped = "handed off"
-    await w.scope.send(other.name, f"handoff: {len(remaining)} step(s) of feature "
-                       f"{w.feature.id} are yours")
-    merged = await other.scope.merge(w.scope)
-    if merged.conflicts:
-        report.notes.append(f"handoff merge conflicted: {[c.path for c in merged.conflicts]}")
-    other.queue.extend(remaining)
-    budget.transfer(w.name, other.name)
-    report.handoffs += 1
+async def _blocked(cfg: TeamConfig, w: OracleWorker, workers: Sequence[OracleWorker],
+                   reason: str, budget: PairBudget, report: AgentReport) -> None:
+    """The guarded oracle's answer to its blocked hunk: a handoff (`guard_handoff`)."""
+    taker = receiver(w, workers, reason)
+    if not cfg.messaging or taker is None:
+        report.notes.append(f"{w.lost[-1].describe()}: blocked, no handoff "
+                            + ("(messaging off)" if not cfg.messaging else "(nobody left)"))
+        return
+    await guard_handoff(w, taker, budget, report)
 
 
 def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker],
@@ -226,15 +191,15 @@ def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker]
         a = effect.intent
         if not isinstance(a, SupervisorAction) or a.action != "handoff":
             continue
-        giver, receiver = workers.get(str(a.detail.get("from"))), workers.get(a.target)
-        if giver is None or receiver is None or giver.stopped is None:
+        giver, taker = workers.get(str(a.detail.get("from"))), workers.get(a.target)
+        if giver is None or taker is None or giver.stopped is None:
             continue  # the merge conflicted: the supervisor's handoff did not happen
-        if isinstance(giver, _OracleWorker) and isinstance(receiver, _OracleWorker):
-            receiver.queue.extend([*giver.lost, *giver.queue])
+        if isinstance(giver, OracleWorker) and isinstance(taker, OracleWorker):
+            taker.queue.extend([*giver.lost, *giver.queue])
             giver.queue.clear()
             giver.lost.clear()
-        steps, tokens = budget.transfer(giver.name, receiver.name)
-        limits = getattr(receiver, "limits", None)
+        steps, tokens = budget.transfer(giver.name, taker.name)
+        limits = getattr(taker, "limits", None)
         if limits is not None:  # a CodingAgent: raise its own limits by the same
             limits.max_steps += steps
             if limits.max_tokens is not None and tokens is not None:
@@ -247,24 +212,25 @@ def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker]
 
 
 async def _model_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-                      features: tuple[Feature, Feature], setting: Setting, agent: AgentChoice,
+                      features: tuple[Feature, ...], setting: Setting, agent: AgentChoice,
                       budget: PairBudget) -> AgentReport:
-    """Two agents at once, each with half the pair's budget. The builtin agent runs as
+    """N agents at once, each with 1/N of the unit's budget. The builtin agent runs as
     `agents.CodingAgent` workers (without send_message when messaging is off), which an
     LLM supervisor can steer; any other agent is awaited on its `AgentContext`."""
-    per_agent = max(1, cfg.max_steps // 2)
-    tokens = cfg.max_tokens // 2 if cfg.max_tokens else None
+    n = max(1, len(scopes))
+    per_agent = max(1, cfg.max_steps // n)
+    tokens = cfg.max_tokens // n if cfg.max_tokens else None
     if agent.builtin:
         return await _coding_team(cfg, coord, scopes, features, agent, budget, per_agent,
                                   tokens)
-    if supervisor_model(cfg.supervisor) is not None and setting == "supervised":
+    if supervisor_model(cfg.supervisor) is not None and SETTING_RULES[setting].supervised:
         raise ValueError("--supervisor llm:... steers the oracle and builtin agents only")
     return await _run_agents(cfg, coord, scopes, [(f,) for f in features], agent, per_agent,
                              tokens)
 
 
 async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
-                       features: tuple[Feature, Feature], agent: AgentChoice,
+                       features: tuple[Feature, ...], agent: AgentChoice,
                        budget: PairBudget, per_agent: int, tokens: int | None) -> AgentReport:
     from agents import CodingAgent
     from agents.supervisor import run_to_rest

@@ -1,8 +1,9 @@
-"""A pair's rules: the policies each unit's scopes work under, and the supervisor.
+"""A unit's rules: what each setting is (`SETTING_RULES`), the policies each unit's
+scopes work under, and the supervisor.
 
-Budgets are per pair and equal in every setting: `max_steps` steps and `max_tokens`
-tokens. Solo gets all of it; each coop or supervised agent half; a handoff moves the
-giver's unspent share to the receiver. Each agent is told its share (CodingAgent stops
+Budgets are per unit and equal in every setting: `max_steps` steps and `max_tokens`
+tokens. Solo gets all of it; each of the N coop or supervised agents 1/N; a handoff
+moves the giver's unspent share to the receiver. Each agent is told its share (CodingAgent stops
 at it) and `PairBudget`, a policy in the chain, blocks any model call past it, so a
 plug-in agent that ignores its `max_steps` cannot outspend the others. The supervisor's
 own model calls are not workers' budget: they are counted and reported apart.
@@ -37,15 +38,36 @@ from ._agents import AgentChoice
 from ._records import Setting
 
 __all__ = [
+    "SETTING_RULES",
     "NoMessages",
     "PairBudget",
     "PairRules",
+    "SettingRules",
     "TeamConfig",
     "check_supervisor",
     "pair_policies",
     "supervisor_model",
     "supervisor_policies",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SettingRules:
+    """What a setting is, for the harness around its agents (`_team.TEAMS` says how
+    they work)."""
+
+    one_agent: bool
+    """One agent (scope `….solo`) does every feature of the unit, graded without a
+    merge; else one agent (`….agent<k>`) per feature, graded by the fold."""
+    supervised: bool
+    """The supervisor's policies (`--supervisor`) are in the unit's chain."""
+
+
+SETTING_RULES: dict[Setting, SettingRules] = {
+    "solo": SettingRules(one_agent=True, supervised=False),
+    "coop": SettingRules(one_agent=False, supervised=False),
+    "supervised": SettingRules(one_agent=False, supervised=True),
+}
 
 
 @dataclass(frozen=True)
@@ -59,7 +81,7 @@ class TeamConfig:
     base_url: str | None = None
     """The supervisor model's URL (default: the agents' `--base-url`)."""
     supervisor_calls: int = 20
-    """At most this many supervisor model calls per pair."""
+    """At most this many supervisor model calls per unit."""
 
 
 def supervisor_model(spec: str) -> str | None:
@@ -203,9 +225,10 @@ class PairRules:
 
     def __init__(self, cfg: TeamConfig, setting: Setting) -> None:
         self.budget = PairBudget(cfg.max_steps, cfg.max_tokens)
-        self.messages = NoMessages() if not cfg.messaging and setting != "solo" else None
+        rules = SETTING_RULES[setting]
+        self.messages = NoMessages() if not cfg.messaging and not rules.one_agent else None
         self.chain: list[Policy] = [p for p in (self.messages, self.budget) if p is not None]
-        if setting == "supervised":
+        if rules.supervised:
             self.chain.extend(supervisor_policies(cfg.supervisor))
 
     def assign(self, agents: Sequence[str]) -> None:

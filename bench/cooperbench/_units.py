@@ -1,17 +1,19 @@
-"""The units step: a run's units are (pair, setting); each is worked by agents in
-Corral scopes forked from the task's `env` scope (`_team`), merged (`_merge`, for
-`--merge corral`), then graded in scopes (`ScopeWorkbench`) under each requested merge
-policy; the unit's scopes are discarded at the end, their history kept in the task's
-trace. Scopes are named `<f1>-<f2>.<setting>.<role>`.
+"""The units step: a run's units are (group, setting), a group being N features of one
+task (a pair: N = 2); each is worked by agents in Corral scopes forked from the task's
+`env` scope (`_team`), merged (`_merge`, for `--merge corral`), then graded in scopes
+(`ScopeWorkbench`) under each requested merge policy; the unit's scopes are discarded
+at the end, their history kept in the task's trace. Scopes are named
+`<f1>-<f2>[-<f3>...].<setting>.<role>`.
 
-Settings:
-- `solo`: one agent, scope `….solo`, gets both features.
-- `coop`: agents `….agent1` (feature f1) and `….agent2` (f2) in sibling scopes, no
+Settings (`_team_rules.SETTING_RULES`):
+- `solo`: one agent, scope `….solo`, gets every feature, in order.
+- `coop`: agents `….agent1` (feature f1) .. `….agentN` (fN) in sibling scopes, no
   supervisor. Oracle agents take turns, one hunk each (agent1 first), so runs repeat.
 - `supervised`: coop under the supervisor (default the conflict guard). The oracle's
   answer to a blocked intent is a handoff: the blocked agent sends its remaining work
-  to the other, who merges the blocked agent's branch (Corral's merge) and applies the
-  rest of that feature on its own branch after its own; the blocked agent stops.
+  to the agent whose work it would conflict with, who merges the blocked agent's
+  branch (Corral's merge) and applies the rest of that feature on its own branch after
+  its own; the blocked agent stops.
 
 Each unit's own policies (the pair's budget, no messages when messaging is off, the
 supervisor's when supervised: `_team_rules.pair_policies`) apply to its scopes only
@@ -33,7 +35,7 @@ from coordinator import Scope
 
 from ._agent_report import AgentReport
 from ._agents import AgentChoice
-from ._dataset import Pair, Task
+from ._dataset import Group, Task
 from ._environment import check_toolchain, task_test_command
 from ._grade import Grade, grade_merged, grade_solo
 from ._merge import merge_agents
@@ -46,10 +48,10 @@ from ._spec import RunSpec, UnitConfig
 from ._store import ResultStore
 from ._task_state import TaskState
 from ._team import work
-from ._team_rules import pair_policies
+from ._team_rules import SETTING_RULES, pair_policies
 from ._workbench import TestRun, Workbench
 
-__all__ = ["TaskContext", "Unit", "pending_units", "run_unit", "skipped", "unprepared"]
+__all__ = ["TaskContext", "Unit", "pending_units", "roles", "run_unit", "skipped", "unprepared"]
 
 UnitMerge = MergePolicy | Literal["-"]
 """A result's merge policy ("-" for solo: nothing to merge)."""
@@ -57,22 +59,27 @@ UnitMerge = MergePolicy | Literal["-"]
 
 @dataclass(frozen=True, slots=True)
 class Unit:
-    pair: Pair
+    group: Group
     setting: Setting
 
+    @property
+    def pair(self) -> Group:
+        """The group (the name of the pair-only harness)."""
+        return self.group
+
     def merges(self, policies: Sequence[MergePolicy]) -> tuple[UnitMerge, ...]:
-        """The merge policies this unit is graded under (solo: "-")."""
-        return ("-",) if self.setting == "solo" else tuple(policies)
+        """The merge policies this unit is graded under (one agent: "-")."""
+        return ("-",) if SETTING_RULES[self.setting].one_agent else tuple(policies)
 
 
-def pending_units(spec: RunSpec, pairs: list[Pair], store: ResultStore) -> list[Unit]:
-    """The units of `pairs` in `spec`'s settings whose results `store` lacks."""
+def pending_units(spec: RunSpec, groups: list[Group], store: ResultStore) -> list[Unit]:
+    """The units of `groups` in `spec`'s settings whose results `store` lacks."""
     done = store.done()
     units = []
-    for pair in pairs:
+    for group in groups:
         for setting in spec.settings:
-            unit = Unit(pair, setting)
-            if all((pair.task, pair.f1, pair.f2, setting, m) in done
+            unit = Unit(group, setting)
+            if all((group.task, group.ids, setting, m) in done
                    for m in unit.merges(spec.merges)):
                 continue
             units.append(unit)
@@ -121,7 +128,7 @@ def unprepared(task: Task, unit: Unit, spec: RunSpec, ctx: TaskContext | BaseExc
 def skipped(task: Task, unit: Unit, spec: RunSpec, status: PairStatus, reason: str
             ) -> list[PairResult]:
     """The results of a unit that did not run, with `status` and `reason`."""
-    return [PairResult(task=task.key, f1=unit.pair.f1, f2=unit.pair.f2, setting=unit.setting,
+    return [PairResult(task=task.key, group=unit.group.ids, setting=unit.setting,
                        merge=m, agent=spec.agent, status=status, reason=reason[:2000])
             for m in unit.merges(spec.merges)]
 
@@ -154,27 +161,27 @@ def _remember(run: _Run, patch: str, scope: Scope) -> None:
 async def run_unit(
     cfg: UnitConfig,
     state: TaskState,
-    pair: Pair,
+    group: Group,
     setting: Setting,
     agent: AgentChoice,
 ) -> list[PairResult]:
-    """Run `pair` in `setting` on the task's state and grade it; one PairResult per
+    """Run `group` in `setting` on the task's state and grade it; one PairResult per
     merge policy (one for solo). A failure anywhere becomes results with status
     "error" and its reason. The unit's scopes are discarded at the end (their history
     stays in the trace)."""
     task = state.task
-    merges = Unit(pair, setting).merges(cfg.merges)
-    prefix = f"{pair.f1}-{pair.f2}.{setting}"
+    merges = Unit(group, setting).merges(cfg.merges)
+    prefix = f"{group.label}.{setting}"
     run = _Run()
     started = time.perf_counter()
     grades: list[tuple[UnitMerge, Grade, dict[str, str]]] = []
     error: Exception | None = None
     try:
-        await _work(cfg, state, pair, setting, agent, run, prefix)
+        await _work(cfg, state, group, setting, agent, run, prefix)
         for merge in merges:
             bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
                                    run.states)
-            grade = await _grade(cfg, task, pair, merge, bench, run)
+            grade = await _grade(cfg, task, group, merge, bench, run)
             grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
     except Exception as e:
         error = e
@@ -194,43 +201,50 @@ async def run_unit(
     run.timings["close"] = time.perf_counter() - t
     if error is not None:
         reason = f"{type(error).__name__}: {error}"
-        return [PairResult(task=task.key, f1=pair.f1, f2=pair.f2, setting=setting,
+        return [PairResult(task=task.key, group=group.ids, setting=setting,
                            merge=m, agent=agent.name, status="error",
                            reason=reason[:2000], trace=str(state.coord.state),
                            timings=Timings(total=round(time.perf_counter() - started, 4)))
                 for m in merges]
-    return [_result(cfg, task, pair, setting, merge, agent, run, grade, state.coord.state,
+    return [_result(cfg, task, group, setting, merge, agent, run, grade, state.coord.state,
                     graded) for merge, grade, graded in grades]
 
 
-async def _work(cfg: UnitConfig, state: TaskState, pair: Pair, setting: Setting,
+def roles(setting: Setting, size: int) -> list[str]:
+    """The agents' scope roles of a unit: `solo`, or `agent1`..`agentN`."""
+    if SETTING_RULES[setting].one_agent:
+        return ["solo"]
+    return [f"agent{k}" for k in range(1, size + 1)]
+
+
+async def _work(cfg: UnitConfig, state: TaskState, group: Group, setting: Setting,
                 agent: AgentChoice, run: _Run, prefix: str) -> None:
     coord, task = state.coord, state.task
-    f1, f2 = task.features[pair.f1], task.features[pair.f2]
+    features = tuple(task.features[f] for f in group.ids)
     t = time.perf_counter()
-    roles = ["solo"] if setting == "solo" else ["agent1", "agent2"]
+    names = roles(setting, group.size)
     scopes = []
-    for role in roles:
+    for role in names:
         scopes.append(await state.env.fork(f"{prefix}.{role}"))
     run.timings["fork"] = time.perf_counter() - t
-    names = [s.name for s in scopes]
+    scope_names = [s.name for s in scopes]
     policies, rules = pair_policies(cfg.team(), setting)
-    state.policy.supervise(names, policies)
+    state.policy.supervise(scope_names, policies)
     t = time.perf_counter()
     try:
-        run.report = await work(cfg.team(), coord, scopes, (f1, f2), setting, agent, rules)
+        run.report = await work(cfg.team(), coord, scopes, features, setting, agent, rules)
     finally:
-        state.policy.release(names)
+        state.policy.release(scope_names)
     run.handoffs = run.report.handoffs
     run.timings["apply"] = time.perf_counter() - t
-    for role, s in zip(roles, scopes, strict=True):
+    for role, s in zip(names, scopes, strict=True):
         run.scopes[s.name] = s.head
         run.patches[role] = state.diff(s)
         _remember(run, run.patches[role], s)
-    if setting != "solo" and "corral" in cfg.merges:
+    if len(scopes) > 1 and "corral" in cfg.merges:
         t = time.perf_counter()
-        target, m = await merge_agents(coord, scopes[0], scopes[1], f"{prefix}.merged",
-                                       cfg.resolver, cfg.base_url, run.report)
+        target, m = await merge_agents(coord, scopes, f"{prefix}.merged", cfg.resolver,
+                                       cfg.base_url, run.report)
         run.scopes[target.name] = target.head
         if m.tree is not None:
             run.corral_diff = state.diff(target)
@@ -239,7 +253,7 @@ async def _work(cfg: UnitConfig, state: TaskState, pair: Pair, setting: Setting,
         run.timings["merge"] += time.perf_counter() - t
 
 
-async def _grade(cfg: UnitConfig, task: Task, pair: Pair, merge: UnitMerge,
+async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
                  bench: ScopeWorkbench, run: _Run) -> Grade:
     # Asked at the first test run: a unit that runs no test needs no test command.
     command = functools.cache(lambda: task_test_command(task))
@@ -248,18 +262,18 @@ async def _grade(cfg: UnitConfig, task: Task, pair: Pair, merge: UnitMerge,
         return await bench.run_tests(patch, task.features[fid].tests, command(),
                                      cfg.test_timeout)
 
-    if merge == "-":  # solo
-        return await grade_solo(bench, pair.f1, pair.f2, run.patches["solo"], run_tests)
-    return await grade_merged(bench, pair.f1, pair.f2, run.patches["agent1"],
-                              run.patches["agent2"], run_tests, policy=merge,
+    if merge == "-":  # one agent did every feature
+        return await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
+    patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
+    return await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
                               corral_diff=run.corral_diff)
 
 
-def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: UnitMerge,
+def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: UnitMerge,
             agent: AgentChoice, run: _Run, grade: Grade, state: Path, graded: dict[str, str]
             ) -> PairResult:
-    base = cfg.out / "patches" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
-    logs = cfg.out / "logs" / _safe(task.key) / f"{pair.f1}-{pair.f2}"
+    base = cfg.out / "patches" / _safe(task.key) / group.label
+    logs = cfg.out / "logs" / _safe(task.key) / group.label
     base.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     files = {}
@@ -293,9 +307,10 @@ def _result(cfg: UnitConfig, task: Task, pair: Pair, setting: Setting, merge: Un
         cost = round((rep.prompt_tokens * cfg.price_in
                       + rep.completion_tokens * cfg.price_out) / 1e6, 6)
     return PairResult(
-        task=task.key, f1=pair.f1, f2=pair.f2, setting=setting, merge=merge,
+        task=task.key, group=group.ids, setting=setting, merge=merge,
         agent=agent.name, status=status, reason=reason[:2000],
         merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
+        merge_step=grade.merge_step,
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,

@@ -12,10 +12,11 @@ tests/bench/test_cooperbench_grade.py runs every rule on both, which must agree.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["ApplyStatus", "MergeRun", "TestRun", "Workbench", "parse_results"]
+__all__ = ["ApplyStatus", "MergeRun", "TestRun", "Workbench", "fold_order", "parse_results"]
 
 ApplyStatus = Literal["applied", "skipped", "failed"]
 
@@ -38,10 +39,12 @@ class TestRun:
 
 @dataclass(frozen=True, slots=True)
 class MergeRun:
-    """Agent branches and their merge (`git merge agent1 --no-commit --no-ff` on agent2)."""
+    """Agent branches and their fold: on agent2 `git merge agent1 --no-commit --no-ff`
+    (0.0.29's pair merge), committed, then each further agent's branch merged into
+    that result in agent order (PR #75's `test_merged_n`)."""
 
-    apply1: ApplyStatus
-    apply2: ApplyStatus
+    applies: tuple[ApplyStatus, ...]
+    """Each agent's patch on its branch, in agent order."""
     conflict: bool
     diff: str
     """The merged tree's diff against base (empty on a conflict)."""
@@ -49,15 +52,33 @@ class MergeRun:
     union_conflict: bool = False
     tree: str | None = None
     """The merged tree's id."""
+    step: int | None = None
+    """k when the k-th branch of the fold (agents 2, 1, 3, 4, ...: step 2 merges agent
+    1 into agent 2, step k >= 3 merges agent k) conflicted; None when all merged."""
+
+    @property
+    def apply1(self) -> ApplyStatus:
+        return self.applies[0]
+
+    @property
+    def apply2(self) -> ApplyStatus:
+        return self.applies[1]
+
+
+def fold_order(n: int) -> list[int]:
+    """The agents (0-based) in the order the fold merges them: agent 2's branch is the
+    start, agent 1's is merged into it (0.0.29's direction for a pair), then agents 3..n."""
+    return [1, 0, *range(2, n)] if n >= 2 else list(range(n))
 
 
 class Workbench(Protocol):
     """Where a pair is graded; every step a coroutine."""
 
-    async def merge(self, patch1: str, patch2: str, *, union: bool = False) -> MergeRun:
-        """Branch agent1 = base + patch1 and agent2 = base + patch2 (`git apply`, else
-        `--3way`), then merge agent1 into agent2; with `union`, a conflicted merge is
-        retried as `* merge=union` makes it (CooperBench <= 0.0.15)."""
+    async def merge(self, patches: Sequence[str], *, union: bool = False) -> MergeRun:
+        """Branch agent k = base + patches[k-1] (`git apply`, else `--3way`), then fold
+        them (`MergeRun`: agent 1 merged into agent 2, then agents 3.. into the result;
+        the first conflict stops it); with `union`, a conflicted fold is done again as
+        `* merge=union` makes it (CooperBench <= 0.0.15)."""
         ...
 
     async def normalize(self, patch: str) -> str:

@@ -66,12 +66,12 @@ def test_pairs_are_chosen_by_subset_task_features_and_pairs(dataset: Path) -> No
     tasks = load_tasks(dataset)
     assert len(select_pairs(tasks)) == 6 + 3
     lite = select_pairs(tasks, dataset=dataset, subset="lite")
-    assert [(p.task, p.f1, p.f2) for p in lite] == [("owner_x_task/task7", 1, 2),
-                                                    ("owner_x_task/task7", 3, 4)]
+    assert [(p.task, p.ids) for p in lite] == [("owner_x_task/task7", (1, 2)),
+                                                ("owner_x_task/task7", (3, 4))]
     assert len(select_pairs(tasks, task="7")) == 6
-    assert [(p.f1, p.f2) for p in select_pairs(tasks, task="owner", features="1,2,3")] == [
+    assert [p.ids for p in select_pairs(tasks, task="owner", features="1,2,3")] == [
         (1, 2), (1, 3), (2, 3)]
-    assert [(p.f1, p.f2) for p in select_pairs(tasks, task="owner", pairs="2-4")] == [(2, 4)]
+    assert [p.ids for p in select_pairs(tasks, task="owner", pairs="2-4")] == [(2, 4)]
     assert len(select_pairs(tasks, pairs="2")) == 2
     with pytest.raises(ValueError):
         select_pairs(tasks, task="nothing-like-this")

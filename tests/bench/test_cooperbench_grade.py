@@ -83,7 +83,7 @@ def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
     mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = _graded(lab, grade_merged(lab, 1, 2, mul, _div(repo), _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (mul, _div(repo)), _runner(tests)))
     assert (g.merge_status, g.strategy, g.apply) == ("clean", "naive", ("applied", "applied"))
     assert g.passed and all(f.tests_passed == 2 for f in g.features)
     assert "def mul" in g.merged_diff and "def div" in g.merged_diff
@@ -94,20 +94,20 @@ def test_conflict_fails_both_unless_the_leads_patch_passes_both(repo: Path, lab:
     """A conflicted pair fails both features; the lead fallback counts it passed only
     when agent1's patch alone passes both suites."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (_mul(repo), _div(repo)), _runner(tests)))
     assert g.merge_status == "conflicts" and not g.passed
     assert [f.passed for f in g.features] == [False, False]
     assert "merge conflict" in g.features[1].reason
     both = calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
                         "\n\ndef div(a, b):\n    return a / b\n"})
-    g = _graded(lab, grade_merged(lab, 1, 2, both, _div(repo), _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (both, _div(repo)), _runner(tests)))
     assert g.merge_status == "conflicts" and g.strategy == "solo-agent1" and g.passed
 
 
 def test_union_merges_a_conflict_by_keeping_both_sides(repo: Path, lab: Any) -> None:
     """With merge=union (<= 0.0.15) the conflicting additions are both kept and graded."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), _div(repo), _runner(tests),
+    g = _graded(lab, grade_merged(lab, (1, 2), (_mul(repo), _div(repo)), _runner(tests),
                                   policy="union"))
     assert (g.merge_status, g.strategy) == ("conflicts", "union")
     assert g.passed
@@ -118,7 +118,7 @@ def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Any) -> N
     bogus = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
              "@@ -1,2 +1,2 @@\n-def nothing():\n-    pass\n+def x():\n+    pass\n")
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
-    g = _graded(lab, grade_merged(lab, 1, 2, _mul(repo), bogus, _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (_mul(repo), bogus), _runner(tests)))
     assert g.apply == ("applied", "failed") and g.merge_status == "missing_input"
     assert not g.passed and g.features[0].reason == "a patch did not apply"
 
@@ -147,7 +147,7 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
                                "    assert '# sub' in inspect.getsource(calc.sub)\n"})}
     mul_first = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n"
                              + BASE["calc.py"]})
-    g = _graded(lab, grade_merged(lab, 1, 2, mul_first, stale, _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (mul_first, stale), _runner(tests)))
     assert g.apply == ("applied", "applied") and g.merge_status == "clean"
     assert g.passed
 
@@ -155,10 +155,10 @@ def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:
 def test_a_feature_passes_only_with_a_passing_test(repo: Path, lab: Any) -> None:
     """Exit code 0 is not enough: at least one test must be counted as passed."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(2, 3) == 6")}
-    g = _graded(lab, grade_solo(lab, 1, 2, _mul(repo), _runner(tests, "set -e\necho all good\n")))
+    g = _graded(lab, grade_solo(lab, (1, 2), _mul(repo), _runner(tests, "set -e\necho all good\n")))
     assert [f.exit_code for f in g.features] == [0, 0]
     assert not g.passed and g.features[0].reason == "no test passed"
-    g = _graded(lab, grade_solo(lab, 1, 2, _mul(repo), _runner(tests)))
+    g = _graded(lab, grade_solo(lab, (1, 2), _mul(repo), _runner(tests)))
     assert g.passed
 
 
@@ -167,7 +167,7 @@ def test_identical_patches_skip_the_merge(repo: Path, lab: Any) -> None:
     """Byte-identical stripped patches are graded once, as 'identical'."""
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "mul", "mul(3, 3) == 9")}
     with_test = _mul(repo) + calc_diff(repo, {"tests/test_extra.py": "def test_x():\n    pass\n"})
-    g = _graded(lab, grade_merged(lab, 1, 2, with_test, _mul(repo), _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (with_test, _mul(repo)), _runner(tests)))
     assert (g.merge_status, g.strategy) == ("identical", "identical") and g.passed
 
 
@@ -181,9 +181,54 @@ def test_a_clean_merge_can_break_a_test(repo: Path, lab: Any) -> None:
     tests = {1: sub_test, 2: _tests(repo, "add", "add(2, 2) == 5")}
     p1 = calc_diff(repo, {"calc.py": BASE["calc.py"].replace("return a - b", "return add(a, -b)")})
     p2 = calc_diff(repo, {"calc.py": BASE["calc.py"].replace("return a + b", "return a + b + 1")})
-    g = _graded(lab, grade_merged(lab, 1, 2, p1, p2, _runner(tests)))
+    g = _graded(lab, grade_merged(lab, (1, 2), (p1, p2), _runner(tests)))
     assert g.merge_status == "clean"
     assert [f.passed for f in g.features] == [False, True]
     assert "test_sub - assert 3 == 2" in g.features[0].output_tail
 
 
+
+
+def _add_doc(repo: Path) -> str:
+    return calc_diff(repo, {"calc.py": BASE["calc.py"].replace(
+        "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')})
+
+
+@pytest.mark.slow
+def test_a_group_folds_and_each_feature_is_tested(repo: Path, lab: Any) -> None:
+    """Three agents: mul before add, add's docstring, div at the end merge clean (agent 1
+    into agent 2, then agent 3); each feature's tests run on the merged code."""
+    mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2"),
+             3: calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                             + "\n\ndef test_doc():\n    from calc import add\n\n"
+                               "    assert add.__doc__ == 'Sum.'\n"})}
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (mul, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.apply) == ("clean", None, ("applied",) * 3)
+    assert g.passed and [f.id for f in g.features] == [1, 3, 2]
+
+
+@pytest.mark.slow
+def test_the_lead_fallback_tests_the_leads_patch_against_every_suite(repo: Path, lab: Any
+                                                                     ) -> None:
+    """A group whose fold conflicts at agent 3 (div and mul both appended) fails every
+    feature, unless agent 1's patch alone passes all three suites; one that passes two
+    of three does not rescue it."""
+    tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2"),
+             3: calc_diff(repo, {"tests/test_calc.py": BASE["tests/test_calc.py"]
+                             + "\n\ndef test_doc():\n    from calc import add\n\n"
+                               "    assert add.__doc__ == 'Sum.'\n"})}
+    both = calc_diff(repo, {"calc.py": BASE["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n"
+                        "\n\ndef div(a, b):\n    return a / b\n"})
+    every = calc_diff(repo, {"calc.py": BASE["calc.py"].replace(
+        "def add(a, b):\n", 'def add(a, b):\n    """Sum."""\n')
+        + "\n\ndef mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n    return a / b\n"})
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (every, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.strategy) == ("conflicts", 3, "solo-agent1")
+    assert g.passed and [f.tests_passed for f in g.features] == [2, 2, 2]
+    g = _graded(lab, grade_merged(lab, (1, 3, 2), (both, _add_doc(repo), _div(repo)),
+                                  _runner(tests)))
+    assert (g.merge_status, g.merge_step, g.strategy) == ("conflicts", 3, "naive")
+    assert not g.passed and all(f.reason == "merge conflict" for f in g.features)

@@ -14,7 +14,7 @@ def test_pass_rate_excludes_errors_and_the_statistics_are_right() -> None:
     def r(status: str, f1: int) -> PairResult:
         feats = (FeatureResult(id=f1, passed=status == "passed"),
                  FeatureResult(id=9, passed=status == "passed"))
-        return PairResult(task="t", f1=f1, f2=9, setting="coop", merge="plain", agent="oracle",
+        return PairResult(task="t", group=(f1, 9), setting="coop", merge="plain", agent="oracle",
                           status=status, features=feats if status != "error" else ())  # type: ignore[arg-type]
 
     s = summarize([r("passed", 1), r("failed", 2), r("error", 3), r("error", 4)])

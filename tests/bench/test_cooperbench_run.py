@@ -26,7 +26,7 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, i
     spec = RunSpec(out=out, task="kvstore,textkit", pairs="1-2,3-4",
                    merges=("plain", "union", "corral"), workers=2)
     report = run(spec)
-    return {(r.task.split("_")[1], r.f1, r.f2, r.setting, r.merge): r
+    return {(r.task.split("_")[1], *r.group, r.setting, r.merge): r
             for r in report["results"]}
 
 
@@ -121,11 +121,11 @@ def test_resume_after_sigkill_loses_no_finished_pair(tmp_path: Path) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _lines(results)
-    assert 2 <= len(before) < 6, "kill the run mid-way"
+    assert 2 <= len(before) < 10, "kill the run mid-way"
     finished = [PairResult.model_validate_json(line) for line in before]
     subprocess.run([*argv, "--resume"], check=True, capture_output=True)
     after = _lines(results)
     assert after[: len(before)] == before  # finished pairs were kept, not rerun
-    keys = [(r.f1, r.f2) for r in map(PairResult.model_validate_json, after)]
-    assert sorted(keys) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+    keys = [r.group for r in map(PairResult.model_validate_json, after)]
+    assert sorted(keys) == [(a, b) for a in range(1, 6) for b in range(a + 1, 6)]
     assert all(r.status != "error" for r in finished)

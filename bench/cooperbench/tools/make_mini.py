@@ -11,6 +11,7 @@ pass with its patch.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from bench.cooperbench._repos import git
+from bench.cooperbench.tools.mini_groups import GROUPS
 from bench.cooperbench.tools.mini_libs import LIBS, Edit
 
 OUT = Path(__file__).resolve().parents[2] / "data" / "cooperbench-mini"
@@ -179,7 +181,34 @@ def make(out: Path) -> None:
                         pass
             (task / "combined.patch").write_text(_diff(repo))
             git(repo, "reset", "-q", "--hard", "base")
+            _check_groups(name, task, repo, Path(tmp) / f"{name}-fold")
+    _write_subset(out / "dataset" / "subsets" / "groups.json")
     print(f"wrote {out}")
+
+
+def _check_groups(name: str, task: Path, repo: Path, work: Path) -> None:
+    """Each listed group of `name` conflicts at the fold step GROUPS says (or merges)."""
+    from bench.cooperbench._census import GoldFold, script_filter
+
+    fold = GoldFold.create(work, repo, git(repo, "rev-parse", "base").stdout.strip())
+    for group, step, why in GROUPS.get(name, []):
+        patches = [script_filter((task / f"feature{f}" / "feature.patch").read_text())
+                   for f in group]
+        applies, got, _ = fold.run(patches)
+        if got != step or set(applies) != {"applied"}:
+            raise SystemExit(f"{name} {group}: the fold conflicts at step {got}, not {step} "
+                             f"({why}); applies {applies}")
+
+
+def _write_subset(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"name": "groups",
+            "description": "Groups of 3 and 4 features of the mini suite (Corral's "
+                           "`bench/cooperbench/tools/mini_groups.py`)",
+            "tasks": [{"repo": f"mini_{name}_task", "task_id": 1,
+                       "groups": [list(g) for g, _, _ in groups]}
+                      for name, groups in GROUPS.items()]}
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -226,6 +226,18 @@ LIBS: dict[str, dict] = {
                            '    assert truncate("abcdefghij", 6, marker="~") == "abcde~"\n'
                            '    assert truncate("abcdefghij", 6) == "abc..."\n')],
             },
+            {
+                "title": "wrap",
+                "md": "Add a module `textkit/wrap.py` with `wrap(text, width=70)`: the lines "
+                      "of `text` wrapped at `width` characters (the standard library's "
+                      "`textwrap`).",
+                "edits": [("textkit/wrap.py", "", '"""Wrapping text."""\nimport textwrap\n\n\n'
+                           'def wrap(text, width=70):\n    """`text` as lines of at most `width` '
+                           'characters."""\n    return textwrap.wrap(text, width)\n')],
+                "tests": [("tests/test_core.py", "", '\n\ndef test_wrap():\n'
+                           '    from textkit.wrap import wrap\n\n'
+                           '    assert wrap("aaa bbb ccc", 7) == ["aaa bbb", "ccc"]\n')],
+            },
         ],
     },
     "invoice": {
@@ -282,6 +294,29 @@ LIBS: dict[str, dict] = {
                            '    from invoice.calc import format_money\n\n'
                            '    assert format_money(12.5) == "12.50 EUR"\n'
                            '    assert format_money(3, "USD") == "3.00 USD"\n')],
+            },
+            {
+                "title": "invoice lines",
+                "md": "Add `invoice.calc.CURRENCY = \"EUR\"` and `invoice.calc.line(price, qty)` "
+                      "returning an invoice line such as `\"2 x 3.50 EUR\"`.",
+                "edits": [("invoice/calc.py", "TAX_RATE = 0.2\n", "TAX_RATE = 0.2\n"
+                           'CURRENCY = "EUR"\n'),
+                          ("invoice/calc.py", "    return round(net + tax(net), 2)\n",
+                           "    return round(net + tax(net), 2)\n\n\ndef line(price, qty):\n"
+                           '    """One invoice line."""\n    return f"{qty} x {price:.2f} '
+                           '{CURRENCY}"\n')],
+                "tests": [("tests/test_calc.py", "", '\n\ndef test_line():\n'
+                           '    from invoice.calc import line\n\n'
+                           '    assert line(3.5, 2) == "2 x 3.50 EUR"\n')],
+            },
+            {
+                "title": "minimum charge",
+                "md": "`invoice.calc.total` charges at least 1.0 (an empty order costs 1.0).",
+                "edits": [("invoice/calc.py", "    return round(net + tax(net), 2)\n",
+                           "    return max(round(net + tax(net), 2), 1.0)\n")],
+                "tests": [("tests/test_calc.py", "", '\n\ndef test_minimum_charge():\n'
+                           '    assert total([]) == 1.0\n'
+                           '    assert total([(0.5, 1)]) == 1.0\n')],
             },
         ],
     },
@@ -345,6 +380,18 @@ LIBS: dict[str, dict] = {
                            '    assert s.get("x", 1) == 1\n    s.set("x", 3)\n'
                            '    assert s.get("x") == 3\n')],
             },
+            {
+                "title": "delete returns the value",
+                "md": "`Store.delete(key)` returns the value it removed (None when the key "
+                      "was missing).",
+                "edits": [("kvstore/store.py", "    def delete(self, key):\n        "
+                           "self._data.pop(key, None)\n",
+                           "    def delete(self, key):\n        \"\"\"Remove `key`; its value, "
+                           "or None.\"\"\"\n        return self._data.pop(key, None)\n")],
+                "tests": [("tests/test_store.py", "", '\n\ndef test_delete_returns_value():\n'
+                           '    s = Store()\n    s.set("a", 1)\n'
+                           '    assert s.delete("a") == 1\n    assert s.delete("a") is None\n')],
+            },
         ],
     },
     "shapes": {
@@ -404,6 +451,23 @@ LIBS: dict[str, dict] = {
                            "return self.side * math.sqrt(2)\n")],
                 "tests": [("tests/test_shapes.py", "", '\n\ndef test_square_diagonal():\n'
                            '    assert Square(1).diagonal() == math.sqrt(2)\n')],
+            },
+            {
+                "title": "Rectangle",
+                "md": "Add `shapes.Rectangle(width, height)` with `area()`, exported from the "
+                      "package.",
+                "edits": [("shapes/rectangle.py", "", "class Rectangle:\n    def __init__(self, "
+                           "width, height):\n        self.width = width\n        self.height = "
+                           "height\n\n    def area(self):\n        return self.width * "
+                           "self.height\n"),
+                          ("shapes/__init__.py", "from .circle import Circle\nfrom .square "
+                           'import Square\n\n__all__ = ["Circle", "Square"]\n',
+                           "from .circle import Circle\nfrom .rectangle import Rectangle\n"
+                           'from .square import Square\n\n__all__ = ["Circle", "Rectangle", '
+                           '"Square"]\n')],
+                "tests": [("tests/test_shapes.py", "", '\n\ndef test_rectangle():\n'
+                           '    from shapes import Rectangle\n\n'
+                           '    assert Rectangle(2, 3).area() == 6\n')],
             },
         ],
     },
