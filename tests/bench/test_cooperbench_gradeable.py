@@ -47,8 +47,8 @@ async def test_check_finds_the_features_that_break_the_rule(tmp_path: Path):
     checks = await check_task(task, spec)
     got = {c.feature: (c.gradeable, c.why) for c in checks}
     assert got == {1: (True, ""), 2: (False, "fails with its gold patch"),
-                   3: (False, "passes on the base"), 4: (True, "")}
-    assert gradeable_features(checks) == {task.key: {1, 4}}
+                   3: (False, "passes on the base"), 4: (True, ""), 5: (True, "")}
+    assert gradeable_features(checks) == {task.key: {1, 4, 5}}
     one = checks[0].as_dict()
     assert one["base"]["passed"] is False and one["gold"]["passed"] is True  # type: ignore[index]
 
@@ -61,5 +61,5 @@ def test_the_command_lists_every_mini_feature_as_gradeable(tmp_path: Path):
                        cwd=Path(__file__).parents[2])
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
-    assert report["totals"] == {"features": 8, "gradeable": 8, "not_gradeable": 0, "error": 0}
-    assert "mini_textkit_task/task1" in r.stdout and "8 of 8 features are gradeable" in r.stdout
+    assert report["totals"] == {"features": 10, "gradeable": 10, "not_gradeable": 0, "error": 0}
+    assert "mini_textkit_task/task1" in r.stdout and "10 of 10 features are gradeable" in r.stdout
