@@ -28,7 +28,7 @@ A `Script` is a list of `Reply`s (text and `ScriptedCall`s) served in order, or 
 of the request; `read_scripts` reads a script file.
 """
 
-from ._model_effects import ModelBlocked, ModelCaller, ModelResult, canonical
+from ._model_effects import ModelBlocked, ModelCaller, ModelResult, canonical, read_tokens
 from ._transcript import Transcript, step_commit, transcript_at
 from .coding import SYSTEM_PROMPT, TOOLS, CodingAgent
 from .protocol import (
@@ -75,6 +75,7 @@ __all__ = [
     "agent_names",
     "canonical",
     "load_agent",
+    "read_tokens",
     "replay",
     "run_tasks",
     "scope_patch",

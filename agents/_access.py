@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from coordinator import Coordinator, ExecOutcome, Result, Scope
+from coordinator import Coordinator, ExecOutcome, Message, Result, Scope
 from coordinator.client import CorralClient, ExecResultOut, ResultOut
 
 __all__ = ["RUN_ENV", "LocalAccess", "RemoteAccess", "Said", "ScopeAccess", "blocked_text"]
@@ -83,6 +83,10 @@ class ScopeAccess(Protocol):
         """Take the messages received so far: (sender, text)."""
         ...
 
+    async def messages(self) -> list[Message]:
+        """Take the messages received so far, whole (typed requests keep their ids)."""
+        ...
+
     @property
     def parent(self) -> str | None: ...
 
@@ -147,6 +151,9 @@ class LocalAccess:
     async def inbox(self) -> list[tuple[str | None, str]]:
         return [(m.sender, m.text) for m in self.scope.take_messages()]
 
+    async def messages(self) -> list[Message]:
+        return self.scope.take_messages()
+
 
 class RemoteAccess:
     """A scope of a running `corral serve`, through `CorralClient` (the scope's token)."""
@@ -201,3 +208,6 @@ class RemoteAccess:
 
     async def inbox(self) -> list[tuple[str | None, str]]:
         return [(m.sender, m.text) for m in await self.client.take_messages(self.name)]
+
+    async def messages(self) -> list[Message]:
+        return await self.client.take_messages(self.name)

@@ -20,6 +20,7 @@ from coordinator import Coordinator, CorralError, Scope
 
 from ._access import RUN_ENV, ScopeAccess, blocked_text
 from ._model_effects import ModelCaller
+from ._team_commands import is_team_command, run_team_command
 from .providers import (
     AssistantMessage,
     ChatMessage,
@@ -29,6 +30,7 @@ from .providers import (
     ToolUse,
     UserMessage,
 )
+from .team_tools import TeamAccess
 
 __all__ = ["BASH", "BLOCKED_RETURNCODE", "ScopeEnvironment", "ScopeModel"]
 
@@ -59,8 +61,10 @@ class ScopeEnvironment:
     """mini-swe-agent's Environment on a Corral scope (`execute(action, cwd, timeout)`)."""
 
     def __init__(self, access: ScopeAccess, bridge: _Bridge, *, timeout: float = 60.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, team: TeamAccess | None = None) -> None:
         self.access, self.bridge = access, bridge
+        self.team = team
+        """The agent's team: its `corral-team` actions are answered here, not run."""
         self.config = SimpleNamespace(timeout=timeout, env=dict(env or {}), cwd="")
         self.blocked = 0
         self.cause: str | None = None
@@ -73,6 +77,8 @@ class ScopeEnvironment:
         from minisweagent.exceptions import Submitted
 
         command = str(action.get("command", ""))
+        if self.team is not None and is_team_command(command):
+            return self._team_command(command)
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
         argv = ["bash", "-c", command]
@@ -99,6 +105,20 @@ class ScopeEnvironment:
             raise Submitted({"role": "exit", "content": submission,
                              "extra": {"exit_status": "Submitted", "submission": submission}})
         return output
+
+    def _team_command(self, command: str) -> dict[str, Any]:
+        """A `corral-team` action, answered in process (it never reaches the sandbox)."""
+        assert self.team is not None
+
+        async def send(to: str, text: str) -> tuple[bool, str]:
+            said = await self.access.send(to, text)
+            return said.ok, (f"sent to {to}" if said.ok else blocked_text(said))
+
+        output, code = self.bridge(run_team_command(
+            self.team, command, inbox=self.access.messages, send=send, cause=self.cause))
+        if code == BLOCKED_RETURNCODE:
+            self.blocked += 1
+        return {"output": output, "returncode": code, "exception_info": ""}
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         # Stable across runs and forks (the prompt cache and replay need equal bytes).

@@ -2,7 +2,9 @@
 
 The intent is the exact provider-neutral request as a blob of canonical JSON (`canonical`),
 so two requests are byte-identical exactly when their blob ids are equal; the outcome is the
-response (a blob of canonical JSON) with its token usage. Retries go through
+response (a blob of canonical JSON) with its token usage and, when the server returned them,
+the call's token ids and logprobs (`Tokens`, a blob of their own; `tokens` is None when it
+returned none: nothing is re-tokenised to fill it). Retries go through
 `complete_with_retries`: every failed attempt is its own `failed` effect (with
 `attempt=n` and the error), and the success is recorded as its own effect. The policy
 chain sees each attempt before it is sent.
@@ -21,9 +23,10 @@ from coordinator import (
     ModelCall,
     ModelOutcome,
     Scope,
+    Trace,
 )
 
-from .providers import ModelError, ModelRequest, ModelResponse, OnRetry, Provider
+from .providers import ModelError, ModelRequest, ModelResponse, OnRetry, Provider, Tokens
 from .providers import complete_with_retries as _complete_with_retries
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "RecordedSource",
     "canonical",
     "provider_name",
+    "read_tokens",
 ]
 
 
@@ -42,6 +46,14 @@ def canonical(record: BaseModel) -> bytes:
     the order they go on the wire. So equal bytes mean an equal request on the wire, and a
     conversation rebuilt from these bytes sends exactly the bytes it sent before."""
     return record.model_dump_json().encode()
+
+
+def read_tokens(trace: Trace, outcome: ModelOutcome) -> Tokens | None:
+    """The token ids and logprobs a model call's outcome recorded, None when the server
+    returned none (blocking: run it on `coord.io`)."""
+    if outcome.tokens is None:
+        return None
+    return Tokens.model_validate_json(trace.blob(outcome.tokens))
 
 
 class ModelBlocked(Exception):
@@ -115,8 +127,11 @@ class _Attempts:
             # A ModelError leaves `perform` as it is, recorded as a failed attempt.
             response = await source.complete(request)
             blob = await caller.coord.io(trace.write_blob, canonical(response))
+            tokens = None
+            if response.tokens is not None and not response.tokens.empty:
+                tokens = await caller.coord.io(trace.write_blob, canonical(response.tokens))
             got.append(response)
-            return ModelOutcome(response=blob, usage=response.usage), {}
+            return ModelOutcome(response=blob, usage=response.usage, tokens=tokens), {}
 
         result = await self._scope.perform(intent, act, cause=self._cause)
         if result.blocked:

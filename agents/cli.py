@@ -1,4 +1,4 @@
-"""The agents' commands of `corral`: demo, run, runs, mcp, hook and model-server.
+"""The agents' commands of `corral`: demo, run, runs, rollouts, mcp, hook and model-server.
 
 Registered through the `corral.commands` entry point group (`register`), so the
 coordinator's CLI does not import agents. Heavy modules load inside each command.
@@ -45,6 +45,9 @@ MergeOrderOpt = Annotated[Literal["given", "fewest-conflicts"], typer.Option(
     help="The order the agents' branches merge into the result: fewest-conflicts (each "
     "step the agent whose merge conflicts least, by dry runs) or given (the --task "
     "order). A conflict stops the merging; later agents are left unmerged.")]
+TokensFlag = Annotated[bool, typer.Option(
+    "--tokens", help="Ask an OpenAI-compatible server (vLLM) for each model call's token "
+    "ids and logprobs, kept in the trace beside the call (for corral rollouts export).")]
 ResumeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
     help="Continue the interrupted run RUN_ID of REPO (its tasks, models and budgets; "
     "--base-url may change).", metavar="RUN_ID")]
@@ -52,10 +55,12 @@ ResumeOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
 
 def register(root: typer.Typer) -> None:
     """Add the agents' commands to the `corral` app (the `corral.commands` entry point)."""
+    from agents.rollouts.cli import app as rollouts_app
     from agents.runs import app as runs_app
 
     root.add_typer(app)  # no name: the commands join the top level
     root.add_typer(runs_app, name="runs")
+    root.add_typer(rollouts_app, name="rollouts")
 
 
 @app.command()
@@ -131,6 +136,7 @@ def run_cmd(
         "default; --squash is accepted for old scripts), or with --history the trace's "
         "history (one commit per effect).")] = True,
     merge_order: MergeOrderOpt = "fewest-conflicts",
+    tokens: TokensFlag = False,
     resume: ResumeOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
@@ -160,7 +166,7 @@ def run_cmd(
             max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost,
             run_max_tokens=run_max_tokens, run_max_cost=run_max_cost, prices=prices,
             retries=retries, backend=backend, squash=squash, agent=agent,
-            merge_order=merge_order, run_id=new_run_id())
+            merge_order=merge_order, tokens=tokens, run_id=new_run_id())
     options["environment"] = environment_of(setup, toolchain, no_setup)
     try:
         report = asyncio.run(run_with_progress(out, repo, task, **options))
@@ -242,15 +248,20 @@ def mcp_cmd(
     ] = None,
     parent: Annotated[str, typer.Option(help="In process: fork a missing scope from this "
                                         "one.")] = "root",
+    team: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="A team the scope is a member of: its task list, scratchpad and "
+                     "typed requests as tools too."),
+    ] = None,
 ) -> None:
-    """Serve one scope's tools (read, write, edit, run, messages, finish) to an MCP client
-    over stdio; every change is reviewed by the supervisor first."""
+    """Serve one scope's tools (read, write, edit, run, messages, finish; with --team, the
+    team's) to an MCP client over stdio; every change is reviewed by the supervisor first."""
     from agents.mcp_server import serve_stdio
 
     if url is None and state is None:
         fail("give --url URL --token TOKEN (a running corral serve) or --state DIR")
     asyncio.run(serve_stdio(scope, url=url, token=token,
-                            state=str(state) if state else None, parent=parent))
+                            state=str(state) if state else None, parent=parent, team=team))
 
 
 @app.command("hook")

@@ -1,10 +1,11 @@
 """The built-in coding agent: a small tool loop on any provider.
 
 Tools: read_file, list_files, write_file, edit (search/replace, or a unified diff), run (a
-transactional command), send_message (to another agent's inbox), finish. One *step* is one
-model call and the tools it asks for. Messages received since the last step are shown to the
-model as a user message. A blocked intent comes back as the tool's result with the
-supervisor's reason, so the model can adapt.
+transactional command), send_message (to another agent's inbox), finish; in a team, the
+team's tools too (`agents.team_tools`: its task list, scratchpad and typed requests). One
+*step* is one model call and the tools it asks for. Messages received since the last step
+are shown to the model as a user message. A blocked intent comes back as the tool's result
+with the supervisor's reason, so the model can adapt.
 
 How the trace reads: each model call is a `model.call` effect. Each tool the model asks for
 leaves one `tool.call` effect (what the model asked and what it was told, cause = the model
@@ -48,9 +49,18 @@ from .providers import (
     ToolUse,
     UserMessage,
 )
+from .team_tools import (
+    TEAM_TOOL_NAMES,
+    TEAM_TOOLS,
+    LocalTeam,
+    TeamAccess,
+    call_team_tool,
+    message_text,
+    team_prompt,
+)
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "system_prompt",
-           "tools_for"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "AgentResult", "AgentStatus", "CodingAgent", "message_note",
+           "system_prompt", "tools_for"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in a git repository, in parallel with other \
@@ -97,6 +107,12 @@ TOOLS: tuple[ToolSpec, ...] = (
           ["summary"]),
 )
 
+
+
+def message_note(sender: str, text: str) -> str:
+    """How a message from `sender` is shown to the model: the user message it becomes at
+    the recipient's next step (so a reader of the trace can tell which it took)."""
+    return f"Message from {sender}: {text}"
 
 
 def system_prompt(messaging: bool = True) -> str:
@@ -174,9 +190,12 @@ class CodingAgent:
         max_tokens: int | None = None,
         max_output_tokens: int = 4096,
         temperature: float | None = None,
+        seed: int | None = None,
         notes: Mapping[int, str] | None = None,
         base: str | None = None,
         before_step: Callable[[], Awaitable[None]] | None = None,
+        aliases: Mapping[str, str] | None = None,
+        team: TeamAccess | None = None,
     ) -> None:
         self.coord = coord
         self.scope = scope
@@ -187,11 +206,20 @@ class CodingAgent:
         self.limits = _Limits(max_steps, max_tokens)
         self.max_output_tokens = max_output_tokens
         self.temperature = temperature
+        self.seed = seed
+        """The sampling seed of every request (None: the server's choice)."""
         self.notes = dict(notes or {})
         """Extra user messages by step number (counterfactual replay)."""
         self.base = base
         """The commit the result patch is taken against (default: the scope's fork point)."""
         self.before_step = before_step
+        self.aliases = dict(aliases or {})
+        """The names the model knows its teammates by, to their scopes (in a forked
+        team `agent-2` is `<tree>.<node>.agent-2`): messages go to the scope and are
+        shown as from the name."""
+        self._names = {scope: name for name, scope in self.aliases.items()}
+        self.team = team
+        """The agent's team (its tools act on it; give `tools` the team's, `TEAM_TOOLS`)."""
         self.lock = asyncio.Lock()
         self.stopped: str | None = None
         self.blocked = 0
@@ -207,9 +235,15 @@ class CodingAgent:
         if ctx.provider is None:
             raise ValueError("the builtin agent needs a model provider")
         caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
-        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system_prompt(ctx.messaging),
-                   tools=tools_for(ctx.tools, ctx.messaging), max_steps=ctx.budget.max_steps,
-                   max_tokens=ctx.budget.max_tokens)
+        system, tools = system_prompt(ctx.messaging), tools_for(ctx.tools, ctx.messaging)
+        team = None
+        if ctx.team is not None:  # a member of a team: its tools and its part in the prompt
+            member = ctx.coord.team(ctx.team).member(ctx.scope.name)
+            team = LocalTeam(member)
+            system += team_prompt(member.name, ctx.team, member.team.lead, member.team.members)
+            tools += TEAM_TOOLS
+        return cls(ctx.coord, ctx.scope, caller, ctx.task, system=system, tools=tools,
+                   max_steps=ctx.budget.max_steps, max_tokens=ctx.budget.max_tokens, team=team)
 
     @property
     def name(self) -> str:
@@ -270,14 +304,15 @@ class CodingAgent:
         if self.limits.max_tokens is not None and st.tokens >= self.limits.max_tokens:
             return await self._result("token_limit", f"used {st.tokens} tokens")
         for m in self.scope.take_messages():
-            sender = m.sender or "someone"
-            st.messages.append(UserMessage(text=f"Message from {sender}: {m.text}"))
+            sender = self._names.get(m.sender or "", m.sender) or "someone"
+            st.messages.append(UserMessage(text=message_text(m, sender)))
         note = self.notes.get(st.steps + 1)
         if note is not None:
             st.messages.append(UserMessage(text=note))
         request = ModelRequest(
             model=self.caller.provider.model, system=self.system, messages=tuple(st.messages),
             tools=self.tools, max_tokens=self.max_output_tokens, temperature=self.temperature,
+            seed=self.seed,
         )
         result = await self.caller.call(self.scope, request)
         u = result.response.usage
@@ -331,6 +366,8 @@ class CodingAgent:
                 raise ValueError(f"argument {key!r} must be a string")
             return value
 
+        if self.team is not None and use.name in TEAM_TOOL_NAMES:
+            return await call_team_tool(self.team, use.name, args, cause=cause)
         try:
             match use.name:
                 case "read_file":
@@ -353,7 +390,7 @@ class CodingAgent:
                     return self._said(r, "")
                 case "send_message":
                     to = text("to")
-                    r = await scope.send(to, text("text"), cause=cause)
+                    r = await scope.send(self.aliases.get(to, to), text("text"), cause=cause)
                     return self._said(r, f"sent to {to}")
                 case "finish":
                     return "finished", False

@@ -1,19 +1,23 @@
 """An MCP server per scope (the official `mcp` SDK): any MCP client works in a supervised scope.
 
-Tools: read_file, list_files, write_file, edit, run, send_message, inbox, finish. Every tool
-that changes something is an effect under the policy chain (`fs.write`, `fs.patch`, `exec`,
-`message`); a blocked intent comes back as a tool error (`isError: true`) whose text is the
-supervisor's policy and reason, and nothing touched the scope. `finish` tells the scope's
-parent (a `message` effect) and refuses further changes.
+Tools: read_file, list_files, write_file, edit, run, send_message, inbox, finish; for a
+scope in a team, the team's tools too (`MCP_TEAM_TOOLS`, from `agents.team_tools`: its task
+list, scratchpad and typed requests). Every tool that changes something is an effect under
+the policy chain (`fs.write`, `fs.patch`, `exec`, `message`, `team.task`, `team.write`); a
+blocked intent comes back as a tool error (`isError: true`) whose text is the supervisor's
+policy and reason, and nothing touched the scope. `finish` tells the scope's parent (a
+`message` effect) and refuses further changes.
 
 Two transports:
 
-- stdio, `corral mcp --scope NAME --url URL --token TOKEN` (a running `corral serve`, through
-  `CorralClient`), or `corral mcp --scope NAME --state DIR` (in process: the coordinator
-  opens with the settings the state records, so the chain a server ran with, its policies
-  and gate rules included, holds here too; a gate rule blocks, as nobody can answer it);
+- stdio, `corral mcp --scope NAME --url URL --token TOKEN [--team TEAM]` (a running
+  `corral serve`, through `CorralClient`), or `corral mcp --scope NAME --state DIR` (in
+  process: the coordinator opens with the settings the state records, so the chain a
+  server ran with, its policies and gate rules included, holds here too; a gate rule
+  blocks, as nobody can answer it);
 - streamable HTTP on `corral serve` at `/v1/scopes/{name}/mcp`, with the scope's bearer
-  token (`mount`, registered in the `corral.server` entry point group).
+  token (`mount`, registered in the `corral.server` entry point group); a scope in one team
+  has that team's tools there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._access import RUN_ENV, LocalAccess, RemoteAccess, Said, ScopeAccess, blocked_text
+from .team_tools import TEAM_TOOLS, LocalTeam, RemoteTeam, TeamAccess, call_team_tool, team_prompt
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -31,10 +36,12 @@ if TYPE_CHECKING:
 
     from coordinator.server import Route
 
-__all__ = ["MCP_TOOLS", "build_server", "mount", "serve_stdio"]
+__all__ = ["MCP_TEAM_TOOLS", "MCP_TOOLS", "build_server", "mount", "serve_stdio"]
 
 MCP_TOOLS = ("read_file", "list_files", "write_file", "edit", "run", "send_message", "inbox",
              "finish")
+MCP_TEAM_TOOLS = tuple(t.name for t in TEAM_TOOLS)
+"""The tools a scope in a team has besides `MCP_TOOLS`."""
 
 _INSTRUCTIONS = (
     "You work in a Corral scope: your own copy-on-write copy of a git repository, supervised. "
@@ -45,15 +52,23 @@ _INSTRUCTIONS = (
 )
 
 
-def build_server(access: ScopeAccess) -> MCPServer:
-    """An MCP server whose tools act on `access`'s scope. Import errors mean the `mcp`
-    extra is missing (`pip install 'corral[mcp]'`)."""
+def build_server(access: ScopeAccess, team: TeamAccess | None = None,
+                 team_info: tuple[str, dict[str, str]] | None = None) -> MCPServer:
+    """An MCP server whose tools act on `access`'s scope, and with `team` (the scope's
+    membership of a team; `team_info`, its lead and members, for the instructions) on
+    the team's shared state. Import errors mean the `mcp` extra is missing (`pip install
+    'corral[mcp]'`)."""
     from mcp.server.mcpserver import MCPServer
 
-    server: MCPServer = MCPServer(f"corral-{access.name}", instructions=_INSTRUCTIONS)
+    instructions = _INSTRUCTIONS
+    if team is not None and team_info is not None:
+        instructions += team_prompt(team.member, team.team, *team_info)
+    server: MCPServer = MCPServer(f"corral-{access.name}", instructions=instructions)
     finished: list[str] = []  # finish's summary: after it, nothing more changes
     _file_tools(server, access, finished)
     _team_tools(server, access, finished)
+    if team is not None:
+        _shared_tools(server, team, finished)
     return server
 
 
@@ -161,25 +176,114 @@ def _team_tools(server: MCPServer, access: ScopeAccess, finished: list[str]) -> 
         return "finished"
 
 
+def _shared_tools(server: MCPServer, team: TeamAccess, finished: list[str]) -> None:
+    """The team's tools (`agents.team_tools`), each a tool error when it did not work."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    async def do(name: str, **args: Any) -> str:
+        if name not in ("tasks", "pad_list", "pad_read", "wait_response"):
+            _live(finished)
+        text, is_error = await call_team_tool(team, name, args)
+        if is_error:
+            raise ToolError(text)
+        return text
+
+    @server.tool()
+    async def tasks() -> str:
+        """List the team's task list: each task's id, status, owner and title."""
+        return await do("tasks")
+
+    @server.tool()
+    async def task_add(title: str, detail: str = "", assignee: str = "") -> str:
+        """Add a task (optionally for one member, who alone may claim it)."""
+        return await do("task_add", title=title, detail=detail, assignee=assignee)
+
+    @server.tool()
+    async def task_claim(task: str) -> str:
+        """Claim an open task: only one member gets it (an error says who has it)."""
+        return await do("task_claim", task=task)
+
+    @server.tool()
+    async def task_complete(task: str, note: str = "") -> str:
+        """Mark a task you own done, with a note (where the work is)."""
+        return await do("task_complete", task=task, note=note)
+
+    @server.tool()
+    async def task_release(task: str, note: str = "") -> str:
+        """Give back a task you own (the lead may release any)."""
+        return await do("task_release", task=task, note=note)
+
+    @server.tool()
+    async def task_block(task: str, note: str) -> str:
+        """Mark a task you own blocked, saying by what."""
+        return await do("task_block", task=task, note=note)
+
+    _pad_and_request_tools(server, do)
+
+
+def _pad_and_request_tools(server: MCPServer, do: Any) -> None:
+    @server.tool()
+    async def pad_list() -> str:
+        """List the files of the team's shared scratchpad."""
+        return str(await do("pad_list"))
+
+    @server.tool()
+    async def pad_read(path: str) -> str:
+        """Read a file of the team's shared scratchpad."""
+        return str(await do("pad_read", path=path))
+
+    @server.tool()
+    async def pad_write(path: str, content: str) -> str:
+        """Write a file of the team's scratchpad (read it first if someone else wrote it)."""
+        return str(await do("pad_write", path=path, content=content))
+
+    @server.tool()
+    async def request(to: str, kind: str, body: str) -> str:
+        """Ask another member something typed (kind: review, plan, ...); returns its id."""
+        return str(await do("request", to=to, kind=kind, body=body))
+
+    @server.tool()
+    async def respond(request: str, body: str) -> str:
+        """Answer a request addressed to you, by its id."""
+        return str(await do("respond", request=request, body=body))
+
+    @server.tool()
+    async def wait_response(request: str, timeout: float = 60.0) -> str:
+        """Wait (up to `timeout` seconds) for the response to your request."""
+        return str(await do("wait_response", request=request, timeout=timeout))
+
+
 async def serve_stdio(scope: str, *, url: str | None = None, token: str | None = None,
-                      state: str | None = None, parent: str = "root") -> None:
+                      state: str | None = None, parent: str = "root",
+                      team: str | None = None) -> None:
     """Serve `scope`'s tools over stdio until the client closes the pipe. With `url`, act
     through a running server with `token`; with `state`, open the coordinator in process
-    (forking `scope` from `parent` when it does not exist yet)."""
-    async with _access(scope, url=url, token=token, state=state, parent=parent) as access:
-        await build_server(access).run_stdio_async()
+    (forking `scope` from `parent` when it does not exist yet). With `team`, the team's
+    tools too (the scope must be one of its members)."""
+    async with _access(scope, url=url, token=token, state=state, parent=parent,
+                       team=team) as (access, shared, info):
+        await build_server(access, shared, info).run_stdio_async()
+
+
+Accessed = tuple[ScopeAccess, TeamAccess | None, tuple[str, dict[str, str]] | None]
 
 
 @asynccontextmanager
 async def _access(scope: str, *, url: str | None, token: str | None, state: str | None,
-                  parent: str) -> AsyncIterator[ScopeAccess]:
+                  parent: str, team: str | None) -> AsyncIterator[Accessed]:
     if url is not None:
         from coordinator.client import CorralClient
 
         async with CorralClient(url, token) as client:
             remote = RemoteAccess(client, scope)
             await remote.load_parent()
-            yield remote
+            if team is None:
+                yield remote, None, None
+                return
+            info = await client.team(scope, team).info()
+            member = next(m for m, s in info.members.items() if s == scope)
+            yield remote, RemoteTeam(client.team(scope, team), member), (info.lead,
+                                                                         info.members)
         return
     if state is None:
         raise ValueError("give --url (a running corral serve) or --state (in process)")
@@ -189,7 +293,11 @@ async def _access(scope: str, *, url: str | None, token: str | None, state: str 
         existing = coord.scopes.get(scope)
         s = existing if existing is not None and not existing.discarded else (
             await coord.scope(parent).fork(scope))
-        yield LocalAccess(coord, s)
+        if team is None:
+            yield LocalAccess(coord, s), None, None
+            return
+        t = coord.team(team)
+        yield LocalAccess(coord, s), LocalTeam(t.member(s.name)), (t.lead, t.members)
 
 
 # -- the HTTP transport on `corral serve` ---------------------------------------------------
@@ -225,7 +333,7 @@ class _Mounted:
     discarded (or forked anew under the same name) are stopped at the next request."""
 
     def __init__(self) -> None:
-        self.running: dict[tuple[str, str], _Running] = {}
+        self.running: dict[tuple[str, str, str], _Running] = {}
         self.lock = asyncio.Lock()
 
     async def manager(self, coord: Any, scope: Any) -> Any:
@@ -235,10 +343,14 @@ class _Mounted:
                 if live is None or live.discarded or live.fork_point != key[1]:
                     del self.running[key]
                     await gone.close()
-            key = (scope.name, scope.fork_point)
+            teams = coord.teams_of(scope.name)
+            team = teams[0] if len(teams) == 1 else None  # in several: which one is unclear
+            key = (scope.name, scope.fork_point, team.name if team else "")
             got = self.running.get(key)
             if got is None:
-                server = build_server(LocalAccess(coord, scope))
+                shared = LocalTeam(team.member(scope.name)) if team is not None else None
+                info = (team.lead, team.members) if team is not None else None
+                server = build_server(LocalAccess(coord, scope), shared, info)
                 server.streamable_http_app(stateless_http=True, json_response=True)
                 got = _Running(server.session_manager)
                 await got.started()

@@ -9,6 +9,10 @@ Its three protocols are met by Corral's pieces; its own `DefaultAgent` loop runs
 - `ScopeModel` (its Model): each query goes through a Corral provider as a `model.call`
   effect (`ModelCaller`), so token counts, prompt caching and replay work as for the
   built-in agent. Requests carry no timestamps, so forks share the provider's cache.
+- In a team (`team=`, or `AgentContext.team`), an action that is a `corral-team` command
+  (`agents._team_commands`) is answered in process: the team's task list, scratchpad and
+  typed requests, each operation an effect on the scope's branch like the built-in agent's
+  team tools; the task it is given says how the command goes.
 - `MiniSweAgent` runs the loop (in a worker thread: mini-swe-agent is synchronous) and
   records each action's observation as a `tool.call` effect caused by the model call, so
   the conversation is in the trace: when a supervisor rewinds the scope, the agent's
@@ -37,6 +41,7 @@ from ._miniswe_protocols import (
     _text,
 )
 from ._model_effects import ModelBlocked, ModelCaller
+from ._team_commands import TEAM_COMMANDS_HELP
 from ._transcript import transcript_at
 from .protocol import AgentContext, AgentResult, AgentStatus, scope_patch
 from .providers import (
@@ -44,6 +49,7 @@ from .providers import (
     ModelError,
     UserMessage,
 )
+from .team_tools import LocalTeam, TeamAccess
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")  # no banner on stdout when imported
 
@@ -70,8 +76,11 @@ class MiniSweAgent:
     def __init__(self, coord: Coordinator, scope: Scope, caller: ModelCaller, task: str, *,
                  max_steps: int = 30, config: str | Path | None = None,
                  timeout: float = 60.0, max_output_tokens: int = 4096,
-                 before_step: Callable[[], Awaitable[None]] | None = None) -> None:
+                 before_step: Callable[[], Awaitable[None]] | None = None,
+                 team: TeamAccess | None = None) -> None:
         self.coord, self.scope, self.caller, self.task = coord, scope, caller, task
+        self.team = team
+        """The agent's team: `corral-team` actions act on it."""
         self.max_steps = max_steps
         self.settings = _config(config)
         self.timeout = timeout
@@ -89,7 +98,8 @@ class MiniSweAgent:
         blocked model call ends the run; everything done stays in the trace."""
         bridge = _Bridge(asyncio.get_running_loop())
         env = ScopeEnvironment(LocalAccess(self.coord, self.scope), bridge, timeout=self.timeout,
-                               env=self.settings.get("environment", {}).get("env"))
+                               env=self.settings.get("environment", {}).get("env"),
+                               team=self.team)
         model_cfg = self.settings.get("model", {})
         model = ScopeModel(self.coord, self.scope, self.caller, bridge,
                            observation_template=model_cfg.get(
@@ -104,7 +114,8 @@ class MiniSweAgent:
         status: AgentStatus
         error = None
         try:
-            info = await asyncio.to_thread(agent.run, with_its_tools(self.task))
+            info = await asyncio.to_thread(agent.run,
+                                           with_its_tools(self.task, self.team is not None))
             exit_status = str(info.get("exit_status", ""))
             summary = str(info.get("submission", "")) or exit_status
             status = _STATUS.get(exit_status, "error")
@@ -183,9 +194,12 @@ NO_MESSAGES = ("You cannot send the other agents messages: your one tool is bash
                "copy of the repository. Keep to your own task.")
 
 
-def with_its_tools(task: str) -> str:
+def with_its_tools(task: str, team: bool = False) -> str:
     """`task` as mini-swe-agent can follow it: the team prompt's "Use send_message …"
-    (a tool it does not have) becomes a sentence saying what it has."""
+    (a tool it does not have) becomes a sentence saying what it has; in a team
+    (`team`), the `corral-team` command's usage is added."""
+    if team:
+        return _SEND_MESSAGE.sub("", task).rstrip() + "\n\n" + TEAM_COMMANDS_HELP
     if _SEND_MESSAGE.search(task) is None:
         return task
     return _SEND_MESSAGE.sub("", task).rstrip() + "\n" + NO_MESSAGES
@@ -247,8 +261,10 @@ async def _mini_swe_agent(ctx: AgentContext) -> AgentResult:
     if ctx.provider is None:
         raise ValueError("mini-swe-agent needs a model provider")
     caller = ModelCaller(ctx.coord, ctx.provider, attempts=ctx.budget.retries)
+    team = (LocalTeam(ctx.coord.team(ctx.team).member(ctx.scope.name))
+            if ctx.team is not None else None)
     return await MiniSweAgent(ctx.coord, ctx.scope, caller, ctx.task,
-                              max_steps=ctx.budget.max_steps).run()
+                              max_steps=ctx.budget.max_steps, team=team).run()
 
 
 run = _mini_swe_agent

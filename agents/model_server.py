@@ -11,6 +11,9 @@ so everything between our provider code and the socket is the code that runs in 
 * `server.fail_next(n, status)` makes the next n requests fail, to exercise retries.
 * Prompt caching is emulated (`agents.providers.PrefixCache`), so forks can be shown to reuse
   the provider cache.
+* Token ids and logprobs, as vLLM returns them, when an OpenAI-format request asks
+  (`return_token_ids: true`, `logprobs: true`): from a small tokenizer and chat template
+  (`agents._server_tokens`), deterministic, and a trajectory's turns line up as one sequence.
 
 Prompt-cache emulation: the prompt is cut into *segments* in the order providers cache it
 (tools, then system, then each message; Anthropic content blocks are segments of their own).
@@ -36,6 +39,7 @@ from typing import Any, Literal, Self
 
 from aiohttp import web
 
+from agents._server_tokens import completion_tokens, logprobs, prompt_tokens
 from agents.providers import (
     CacheUsage,
     PrefixCache,
@@ -190,7 +194,9 @@ class ScriptedModelServer:
             len(tokenize(call.name + _canonical(dict(call.arguments)))) for call in reply.tool_calls
         )
         if api == "openai":
-            return _openai_response(model, reply, seed, usage, completion)
+            response = _openai_response(model, reply, seed, usage, completion)
+            _add_tokens(response, payload, reply)
+            return response
         return _anthropic_response(model, reply, seed, usage, completion)
 
     def _next_reply(self, model: str, payload: dict[str, Any]) -> Reply:
@@ -311,6 +317,27 @@ def _openai_response(
             "prompt_tokens_details": {"cached_tokens": usage.read_tokens},
         },
     }
+
+
+def _add_tokens(response: dict[str, Any], payload: dict[str, Any], reply: Reply) -> None:
+    """vLLM's token fields, when the request asks for them: `prompt_token_ids` and
+    `choices[0].token_ids` for `return_token_ids`, `choices[0].logprobs` for `logprobs`."""
+    ids = payload.get("return_token_ids") is True
+    probs = payload.get("logprobs") is True
+    if not (ids or probs):
+        return
+    prompt = prompt_tokens(payload)
+    completion = completion_tokens(reply.text, reply.tool_calls)
+    choice = response["choices"][0]
+    if ids:
+        response["prompt_token_ids"] = prompt.ids
+        choice["token_ids"] = completion.ids
+    if probs:
+        seed = payload.get("seed")
+        values = logprobs(prompt.ids, seed if isinstance(seed, int) else None, completion.ids)
+        choice["logprobs"] = {"content": [
+            {"token": text, "logprob": value, "bytes": list(text.encode()), "top_logprobs": []}
+            for text, value in zip(completion.texts, values, strict=True)], "refusal": None}
 
 
 def _anthropic_response(

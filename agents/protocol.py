@@ -74,6 +74,10 @@ class AgentContext:
     """Whether the agent may message its teammates."""
     tools: tuple[str, ...] | None = None
     """The tools the agent may use, by name; None: the agent's default tools."""
+    team: str | None = None
+    """The team (`Coordinator.create_team`) the agent's scope is a member of, if any: the
+    agent gets the team's task list, scratchpad and typed requests as tools (or
+    commands). None: no team, and nothing of one in its tools or prompt."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,7 +178,7 @@ async def replay(
         system=changes.system if changes.system is not None else first_request.system,
         tools=first_request.tools, max_steps=max_steps,
         max_output_tokens=first_request.max_tokens, temperature=first_request.temperature,
-        notes=changes.notes, base=src.fork_point,
+        seed=first_request.seed, notes=changes.notes, base=src.fork_point,
     )
     result = await agent.run()
     return ReplayReport(

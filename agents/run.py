@@ -113,6 +113,7 @@ async def run_tasks(
     environment: Environment | None = None,
     say: Callable[[str], None] | None = None,
     merge_order: MergeOrder = "fewest-conflicts",
+    tokens: bool = False,
 ) -> RunReport:
     """Run one coding agent per task and leave the merged result as `corral/<run-id>`
     (one commit per merged agent plus their merge with `squash`, else the trace's
@@ -124,14 +125,14 @@ async def run_tasks(
     `run_max_tokens` and `run_max_cost` for all agents together, priced from `prices`
     (a JSON file, see `_prices`) over the built-in table. When `stop` is set the agents
     stop at their next step and the run ends partial; `resume` continues run `run_id`
-    (in `state`) instead of starting one. The finished agents' branches merge into root
-    one after another (`Coordinator.merge_team`), in the order `merge_order` says:
-    "fewest-conflicts" (each step the agent whose merge conflicts least) or "given" (the
-    tasks' order); a conflict stops the merging, and the agents after it are "not
-    merged" (their work is left as their branch). Returns the report (agents' results, merges,
-    exports, spending, errors). Raises ModelError for a missing API key, ValueError for
-    a bad model, supervisor, agent spec or prices file, CorralError for a bad
-    repository or a run that cannot be resumed.
+    (in `state`) instead of starting one; `tokens` asks for each call's token ids. The
+    finished agents' branches merge into root one after another (`Coordinator.merge_team`),
+    in the order `merge_order` says: "fewest-conflicts" (each step the agent whose merge
+    conflicts least) or "given" (the tasks' order); a conflict stops the merging, and the
+    agents after it are "not merged" (their work is left as their branch). Returns the
+    report (agents' results, merges, exports, spending, errors). Raises ModelError for a
+    missing API key, ValueError for a bad model, supervisor, agent spec or prices file,
+    CorralError for a bad repository or a run that cannot be resumed.
 
     `environment` (default: detected) is set up once in root before the agents fork, so
     their commands find the project's tools (`Coordinator.prepare`; `say` gets its
@@ -153,7 +154,7 @@ async def run_tasks(
         agent=agent, max_steps=max_steps, max_tokens=max_tokens, max_cost=max_cost,
         run_max_tokens=run_max_tokens, run_max_cost=run_max_cost,
         prices=str(Path(prices).resolve()) if prices is not None else None,
-        retries=retries, backend=backend, squash=squash, merge_order=merge_order)
+        retries=retries, backend=backend, squash=squash, merge_order=merge_order, token_ids=tokens)
     names = [f"agent-{i}" for i in range(1, len(tasks) + 1)]
     plan = _Plan(repo, run_id, tuple(zip(names, tasks, strict=True)), tuple(specs), agent_fn,
                  table, max_steps, max_tokens, retries, squash, resume, merge_order)
@@ -179,7 +180,7 @@ async def _run(plan: _Plan, record: RunRecord, state_dir: Path, notes: list[str]
             record = record.model_copy(update={"started": previous.started,
                                                "resumed": previous.resumed + 1})
     notes += unpriced(plan.table, [*plan.specs, *([meta_spec] if meta_spec else [])])
-    providers = await _providers(plan.specs, provider, record.base_url)
+    providers = await _providers(plan.specs, provider, record.base_url, record.token_ids)
     meta_provider = provider_from_spec(meta_spec, record.base_url) if meta_spec else None
     report = RunReport(plan.run_id, str(plan.repo), str(state_dir),
                        ",".join(dict.fromkeys(plan.specs)), record.supervisor, notes=notes)
@@ -236,13 +237,13 @@ def _agent_of(spec: str, supervisor: str, run_budgets: tuple[float | int | None,
 
 
 async def _providers(specs: Sequence[str], provider: Provider | None,
-                     base_url: str | None) -> dict[str, Provider]:
+                     base_url: str | None, tokens: bool = False) -> dict[str, Provider]:
     """One provider per distinct model spec (`provider` for all, if given)."""
     providers: dict[str, Provider] = {}
     try:
-        for spec in specs:
-            if spec not in providers:
-                providers[spec] = provider or provider_from_spec(spec, base_url)
+        for spec in dict.fromkeys(specs):
+            providers[spec] = provider or provider_from_spec(
+                spec, base_url, logprobs=tokens, token_ids=tokens)
     except BaseException:
         for p in providers.values():
             await p.aclose()

@@ -97,6 +97,8 @@ class RunRecord(BaseModel):
     squash: bool = True
     merge_order: Literal["given", "fewest-conflicts"] = "fewest-conflicts"
     """How the agents' branches merge into root (`Coordinator.merge_team`)."""
+    token_ids: bool = False
+    """The model calls asked for token ids and logprobs (`--tokens`)."""
     resumed: int = 0
     """How many times `--resume` continued the run."""
     branch: str | None = None

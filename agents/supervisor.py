@@ -1,9 +1,11 @@
 """The LLM supervisor: a meta-agent that watches the workers' effects and steers them.
 
-It subscribes to the coordinator's event bus (it sees, never perturbs) and, when something
-worth a decision happens (an intent blocked, an effect failed, a worker finished), asks its
-model what to do, with tools: inject a note into a worker's context, hand one worker's scope
-to another, rewind a worker to step k, discard and restart a worker, or do nothing.
+It subscribes to the coordinator's event bus (it sees, never perturbs: team operations, the
+task list's claims and the scratchpad's writes among the rest, with each team's task list
+in its status) and, when something worth a decision happens (an intent blocked, an effect
+failed, a worker finished), asks its model what to do, with tools: inject a note into a
+worker's context, hand one worker's scope to another, rewind a worker to step k, discard
+and restart a worker, or do nothing.
 
 It has its own scope (`supervisor`, forked from root): its model calls and tool calls are
 effects there. Its actions are the coordinator's control actions (`coordinator.control`, the
@@ -42,6 +44,7 @@ from coordinator import (
     Result,
     Scope,
     Subscription,
+    TeamOutcome,
     ToolCall,
     ToolOutcome,
     control,
@@ -51,6 +54,7 @@ from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import step_commit
 from .coding import CodingAgent
 from .providers import ChatMessage, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
+from .team_tools import describe_task
 
 __all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor", "run_to_rest"]
 
@@ -171,8 +175,19 @@ class LLMSupervisor:
             )
             self._messages.append(UserMessage(
                 text="New effects:\n" + "\n".join(lines) + f"\n\nWorkers:\n{status}"
+                + await self._task_lists()
             ))
             await self._round(trigger)
+
+    async def _task_lists(self) -> str:
+        """The task list of each team the workers are in, for the supervisor's status."""
+        teams = {w.team.team: w.team for w in self.workers.values() if w.team is not None}
+        out = ""
+        for name, team in sorted(teams.items()):
+            tasks = await team.tasks()
+            listed = "\n".join(f"- {describe_task(t)}" for t in tasks) or "- (empty)"
+            out += f"\n\nTeam {name}'s tasks:\n{listed}"
+        return out
 
     async def _round(self, about: Effect) -> None:
         assert self.scope is not None
@@ -366,6 +381,8 @@ def _triggers(e: Effect) -> bool:
 
 def _describe(e: Effect) -> str:
     line = f"{e.id} {e.summary()}"
+    if isinstance(e.outcome, TeamOutcome) and e.outcome.won is not None:
+        line += " (won)" if e.outcome.won else f" (lost: {e.outcome.owner} has it)"
     if e.status == "blocked" and e.decision is not None:
         line += f": {e.decision.reason}"
     elif e.error:

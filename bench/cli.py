@@ -1,4 +1,4 @@
-"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|replay|
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|replay|
 cooperbench`.
 
 Registered through the `corral.commands` entry point group (`register`), so the
@@ -151,6 +151,27 @@ def bench_team(
     report = team_bench.run(scopes, team, [int(h) for h in history.split(",") if h.strip()],
                             runs, backend)
     show_report(team_bench.render(report), report, target)
+
+
+@app.command("rollouts")
+def bench_rollouts(
+    history: Annotated[int, typer.Option(help="Effects each member has before the cut.")] = 10,
+    runs: Annotated[int, typer.Option(help="Siblings of the pair timed.")] = 200,
+    steps: Annotated[int, typer.Option(help="Model calls of the recorded run.")] = 30,
+    at: Annotated[str, typer.Option(help="Steps to fork before (comma-separated; 1 is the "
+                                    "full re-run).")] = "1,10,20,29",
+    backend: BackendOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Rollout trees: a pair's sibling, and a suffix against a full re-run (issue 27)."""
+    from bench import rollouts as rollouts_bench
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = rollouts_bench.run(history, runs, steps,
+                                [int(k) for k in at.split(",") if k.strip()], backend)
+    show_report(rollouts_bench.render(report), report, target)
 
 
 @app.command("replay")

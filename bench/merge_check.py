@@ -17,9 +17,9 @@ base tree is committed afresh as a root commit, so a shallow or partial
 upstream clone is enough. Prints a JSON report: per strategy, the pairs that
 agree, the pairs git leaves conflicting, the dry-run merge p50 in ms, and the
 first pairs that disagree. Where git leaves a conflict, `same_conflicts`
-counts the pairs where Corral reports the same conflicting paths; under a
-favor Corral settles modify/delete (and rename) conflicts its own way, so
-there a clean Corral merge counts as agreeing (`settled`).
+counts the pairs where Corral reports the same conflicting paths, and
+`settled` those Corral merged clean (a disagreement: under a favor too, git
+leaves modify/delete and rename clashes conflicting, and so does Corral).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class _Check:
                         stats["same_conflicts"] += same and merged.tree is None
                         settled = strategy != "fail" and merged.tree is not None
                         stats["settled"] += settled
-                        ok = (same and merged.tree is None) or settled
+                        ok = same and merged.tree is None
                     stats["agree"] += ok
                     if not ok:
                         stats["differ"].append(f"{task}:{i}-{j}")

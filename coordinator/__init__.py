@@ -19,6 +19,9 @@ What a user of the library needs is here (every name in `__all__`, sorted):
   `defer`, `rewrite`, `allow_all`, `load_policy`, `ABSTAINED` (the chain's
   decision when every policy abstained), and the built-in `ConflictGuard`
   (with `Claim`);
+- a team's shared state (`Coordinator.create_team`, `Team`, `TeamMember`,
+  `TeamResult`; `Task`, `PadFile`, `Request`, `Response`, `TeamInfo`; the intents
+  `TeamTask`, `TeamWrite` and `TeamOutcome`);
 - `Settings`: what a state directory enforces (policies, gate rules, exec
   limits, timeouts, toolchain), recorded in its trace.
 
@@ -80,6 +83,10 @@ from .records._effects import (
     ScopeRewind,
     Status,
     SupervisorAction,
+    TaskOp,
+    TeamOutcome,
+    TeamTask,
+    TeamWrite,
     ToolCall,
     ToolOutcome,
     Usage,
@@ -100,20 +107,23 @@ from .records._errors import (
     ScopeDiscarded,
     ScopeExists,
     StateError,
+    TeamError,
     UnknownScope,
 )
 from .records._events import Event, EventBus, Subscription
 from .records._merges import TeamMerge
+from .records._team import PadFile, Request, Response, Task, TaskStatus, TeamInfo
 from .scopes._effect_path import Act, ActInput, Refused, Result
 from .scopes._environment import Environment, PreparedEnvironment, SetupFailed
 from .scopes._scope import Scope
+from .scopes._team import Team, TeamMember
+from .scopes._team_state import TeamResult
 from .store._journal import JournalBounds
 from .store._merge import Conflict, Hunk, MergeResult, Resolver
 from .store._trace import Trace, TraceEntry, TreeChanges
 
 __all__ = [
     "ABSTAINED",
-    "FORMAT_VERSION",
     "Act",
     "ActInput",
     "AuthError",
@@ -122,10 +132,10 @@ __all__ = [
     "ConflictGuard",
     "ControlAction",
     "Coordinator",
-    "Cut",
     "CorralError",
-    "DiskFull",
+    "Cut",
     "Decision",
+    "DiskFull",
     "Effect",
     "Environment",
     "Event",
@@ -133,6 +143,7 @@ __all__ = [
     "Exec",
     "ExecError",
     "ExecOutcome",
+    "FORMAT_VERSION",
     "FileChange",
     "Forbidden",
     "FsDelete",
@@ -144,25 +155,28 @@ __all__ = [
     "Hunk",
     "Intent",
     "JournalBounds",
+    "MemberCut",
     "MergeError",
     "MergeOrder",
     "MergeOutcome",
     "MergeResult",
     "MergeStrategy",
-    "MemberCut",
     "Message",
     "ModelCall",
     "ModelOutcome",
     "NoOutcome",
     "NotFound",
     "Outcome",
+    "PadFile",
     "PatchError",
     "PathError",
     "Policy",
     "PolicyChain",
     "PreparedEnvironment",
     "Refused",
+    "Request",
     "Resolver",
+    "Response",
     "Result",
     "RewindError",
     "SandboxFailure",
@@ -174,13 +188,24 @@ __all__ = [
     "ScopeInfo",
     "ScopeMerge",
     "ScopeRewind",
-    "SetupFailed",
     "Settings",
+    "SetupFailed",
     "StateError",
     "Status",
     "Subscription",
     "SupervisorAction",
+    "Task",
+    "TaskOp",
+    "TaskStatus",
+    "Team",
+    "TeamError",
+    "TeamInfo",
+    "TeamMember",
     "TeamMerge",
+    "TeamOutcome",
+    "TeamResult",
+    "TeamTask",
+    "TeamWrite",
     "ToolCall",
     "ToolOutcome",
     "Trace",

@@ -180,7 +180,7 @@ def trace_show(
 def _blob_ids(record: Any) -> list[str]:
     """The blob ids a record names (in its intent and outcome), in order, once each."""
     found: list[str] = []
-    keys = ("blob", "stdout", "stderr", "request", "response")
+    keys = ("blob", "stdout", "stderr", "request", "response", "tokens")
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 # One record for token usage: the one a model-call effect's outcome carries.
 from coordinator import Usage
@@ -20,6 +20,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "StopReason",
+    "Tokens",
     "ToolResult",
     "ToolSpec",
     "ToolUse",
@@ -84,6 +85,33 @@ class ModelRequest(_Record):
     max_tokens: int = 4096
     temperature: float | None = None
     """None leaves the provider's default."""
+    seed: int | None = None
+    """The sampling seed (OpenAI's and vLLM's `seed`); None leaves it to the server.
+    Left out of the record when None, so requests from before it keep their bytes."""
+
+    @model_serializer(mode="wrap")
+    def _without_unset_seed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("seed") is None:
+            data.pop("seed", None)
+        return data
+
+
+class Tokens(_Record):
+    """A model call at the token level, as the server returned it: nothing here is
+    re-tokenised (BPE is not injective, and a compacted prompt no longer exists later).
+    Each field is None when the server did not send it."""
+
+    prompt_ids: tuple[int, ...] | None = None
+    """The prompt as the model saw it (vLLM's `prompt_token_ids`)."""
+    completion_ids: tuple[int, ...] | None = None
+    """The tokens the model generated (vLLM's `choices[0].token_ids`)."""
+    logprobs: tuple[float, ...] | None = None
+    """The log probability of each generated token (`choices[0].logprobs`)."""
+
+    @property
+    def empty(self) -> bool:
+        return self.prompt_ids is None and self.completion_ids is None and self.logprobs is None
 
 
 class ModelResponse(_Record):
@@ -92,7 +120,11 @@ class ModelResponse(_Record):
     stop_reason: StopReason
     usage: Usage
     raw: dict[str, Any]
-    """The provider's response JSON as received, for recording."""
+    """The provider's response JSON as received, for recording (less the token-level
+    fields, which are in `tokens`)."""
+    tokens: Tokens | None = Field(default=None, exclude=True)
+    """Token ids and logprobs when the server sent any; recorded as a blob of its own
+    beside the response (`ModelOutcome.tokens`), not in the response's blob."""
 
     def as_message(self) -> AssistantMessage:
         """Returns this turn as a message to append to the next request."""

@@ -1,6 +1,12 @@
 """The OpenAI chat-completions backend, through the official `openai` SDK.
 
 Works with any OpenAI-compatible server (vLLM, Ollama, LiteLLM) through `base_url`.
+
+Token-level output, when asked for: `logprobs=True` sends `logprobs: true` (OpenAI and
+vLLM return each generated token's log probability in `choices[0].logprobs.content`);
+`token_ids=True` sends vLLM's `return_token_ids: true` (the prompt's ids come back as
+`prompt_token_ids`, the generated ids as `choices[0].token_ids`; OpenAI's own API does
+not take it). What comes back is the response's `tokens`, taken out of its `raw`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from ._records import (
     ModelRequest,
     ModelResponse,
     StopReason,
+    Tokens,
     ToolResult,
     ToolUse,
     Usage,
@@ -43,13 +50,18 @@ class OpenAIProvider:
         base_url: str | None = None,
         api_key: str | None = None,
         timeout: float = 600.0,
+        logprobs: bool = False,
+        token_ids: bool = False,
     ) -> None:
         """Creates the SDK client; it never retries by itself (see `complete_with_retries`).
+        `logprobs` and `token_ids` ask the server for the call's tokens (see the module).
 
         Raises:
             ModelError: no `api_key`, no OPENAI_API_KEY, and `base_url` is not on loopback.
         """
         self._model = model
+        self.logprobs = logprobs
+        self.token_ids = token_ids
         self._client = openai.AsyncOpenAI(
             api_key=api_key_for(api_key, "OPENAI_API_KEY", base_url),
             base_url=base_url,
@@ -70,7 +82,8 @@ class OpenAIProvider:
         """
         try:
             raw = await self._client.chat.completions.with_raw_response.create(
-                **request_body(request)
+                **request_body(request, logprobs=self.logprobs),
+                extra_body={"return_token_ids": True} if self.token_ids else None,
             )
         except openai.APIStatusError as error:
             raise status_error(error, error.status_code, self.base_url) from error
@@ -95,7 +108,7 @@ class OpenAIProvider:
         await self.aclose()
 
 
-def request_body(request: ModelRequest) -> dict[str, Any]:
+def request_body(request: ModelRequest, *, logprobs: bool = False) -> dict[str, Any]:
     """Returns the chat-completions request JSON; equal requests give equal JSON."""
     messages: list[dict[str, Any]] = []
     if request.system:
@@ -129,6 +142,10 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
         ]
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if logprobs:
+        body["logprobs"] = True
     return body
 
 
@@ -176,6 +193,7 @@ def parse_response(raw: dict[str, Any]) -> ModelResponse:
         calls.append(ToolUse(id=call["id"], name=function["name"], arguments=arguments))
     usage = raw.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
+    raw, tokens = _take_tokens(raw)
     return ModelResponse(
         text=message.get("content") or "",
         tool_calls=tuple(calls),
@@ -186,4 +204,25 @@ def parse_response(raw: dict[str, Any]) -> ModelResponse:
             completion_tokens=usage.get("completion_tokens") or 0,
         ),
         raw=raw,
+        tokens=tokens,
     )
+
+
+def _take_tokens(raw: dict[str, Any]) -> tuple[dict[str, Any], Tokens | None]:
+    """`raw` without its token-level fields, and those fields (None: it had none)."""
+    choice = dict(raw["choices"][0])
+    prompt_ids = raw.get("prompt_token_ids")
+    completion_ids = choice.pop("token_ids", None)
+    content = (choice.get("logprobs") or {}).get("content")
+    logprobs = None
+    if content is not None:
+        logprobs = tuple(float(t["logprob"]) for t in content)
+        choice["logprobs"] = None
+    if prompt_ids is None and completion_ids is None and logprobs is None:
+        return raw, None
+    rest = {k: v for k, v in raw.items() if k != "prompt_token_ids"}
+    rest["choices"] = [choice, *raw["choices"][1:]]
+    return rest, Tokens(
+        prompt_ids=tuple(prompt_ids) if prompt_ids is not None else None,
+        completion_ids=tuple(completion_ids) if completion_ids is not None else None,
+        logprobs=logprobs)

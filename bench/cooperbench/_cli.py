@@ -1,9 +1,11 @@
-"""`corral bench cooperbench` (run) and `corral bench cooperbench conflicts` (census).
+"""`corral bench cooperbench` (run), `corral bench cooperbench conflicts` (census) and
+`corral bench cooperbench check` (gradeability).
 
 The coordinator's CLI forwards its arguments here, so it never imports bench/."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from coordinator.cli_shared import console, err, print_error
 
@@ -326,6 +329,67 @@ def conflicts_cmd(
                       f"(apply {'/'.join(d['apply'])}), theirs {d['theirs']} (apply failed "
                       f"{d['their_apply_failed']})")
     _emit_json(data, json_flag, json_out)
+
+
+@app.command("check")
+def check_cmd(
+    dataset: DatasetOpt = None,
+    repos: ReposOpt = None,
+    subset: SubsetOpt = None,
+    task: TaskOpt = None,
+    features: FeaturesOpt = None,
+    env_cache: CacheOpt = None,
+    backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
+    test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+) -> None:
+    """Which features can be graded: each feature's tests on the base (must fail) and
+    with its gold patch (must pass), CooperBench 0.0.29's rule, in the task's own
+    environment. Lists what breaks the rule."""
+    from ._gradeable import FeatureCheck, check_task
+
+    cache = (env_cache or Path(".corral-bench") / "cache").resolve()
+    spec = RunSpec(out=cache.parent / "check", dataset=dataset.resolve() if dataset else None,
+                   repos=repos.resolve() if repos else None, subset=subset, task=task,
+                   features=features, env_cache=cache, backend=backend,
+                   test_timeout=test_timeout)
+    try:
+        tasks, chosen = plan(spec)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+        return
+    wanted: dict[str, set[int]] = {}
+    for p in chosen:
+        wanted.setdefault(p.task, set()).update(p.ids)
+    out = err if json_flag else console
+    rows: list[FeatureCheck] = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        progress = bar.add_task("features", total=sum(len(f) for f in wanted.values()))
+        for key in sorted(wanted):
+            rows += asyncio.run(check_task(tasks[key], spec, sorted(wanted[key]),
+                                           lambda _: bar.advance(progress)))
+    table = Table("task", "feature", "base", "gold", "gradeable", "why",
+                  title="Gradeability (0.0.29: fails on base, passes with its gold patch)")
+    for r in rows:
+        table.add_row(r.task, str(r.feature), _counts(r.base), _counts(r.gold),
+                      "yes" if r.gradeable else "[red]no[/]", escape(r.why))
+    out.print(table)
+    good = sum(r.gradeable for r in rows)
+    errors = sum(bool(r.error) for r in rows)
+    out.print(f"{good} of {len(rows)} features are gradeable")
+    _emit_json({"features": [r.as_dict() for r in rows],
+                "totals": {"features": len(rows), "gradeable": good,
+                           "not_gradeable": len(rows) - good - errors, "error": errors}},
+               json_flag, json_out)
+
+
+def _counts(run: Any) -> str:
+    if run is None:
+        return "-"
+    verdict = "pass" if run.passed else "timeout" if run.timed_out else "fail"
+    return f"{verdict} {run.tests_passed}/{run.tests_passed + run.tests_failed}"
 
 
 def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:

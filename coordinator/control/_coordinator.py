@@ -34,7 +34,7 @@ from sandboxes import Backend, Change, SandboxError, Workspace, apply_changes
 from ..policies._chain import Policy, PolicyChain
 from ..policies._settings import Settings, read_settings, reconcile, record_settings, settings_chain
 from ..records._effects import Effect, MergeStrategy
-from ..records._errors import SandboxFailure, StateError
+from ..records._errors import CorralError, SandboxFailure, StateError
 from ..records._events import EventBus
 from ..records._merges import TeamMerge
 from ..scopes._environment import Environment, PreparedEnvironment
@@ -46,6 +46,7 @@ from ..scopes._metrics import Metrics
 from ..scopes._registry import ScopeRegistry
 from ..scopes._runtime import Runtime, Settled
 from ..scopes._scope import Scope
+from ..scopes._team import Team, Teams
 from ..store._journal import JournalBounds
 from ..store._trace import ARCHIVE_PREFIX, SCOPE_PREFIX, Trace
 from ._cut import (
@@ -59,6 +60,7 @@ from ._cut import (
     take_cut,
 )
 from ._team_merge import MergeOrder, merge_team
+from ._teams import create_team, fork_teams, load_teams, team_of, teams_in
 
 __all__ = ["Coordinator"]
 
@@ -88,6 +90,9 @@ class Coordinator:
         self.chain = chain
         self.runtime: Runtime[Scope] = Runtime(state, trace, chain, backend.name, settings)
         """What the scopes share (events, metrics, threads, pending intents, settings)."""
+        self._teams = Teams()
+        self.runtime.teams = self._teams
+        self.runtime.events.listen(self._teams.moved)
         self._lockfile: int | None = None
         self.cursor_key = os.urandom(16)
         """Signs the log cursors the HTTP API hands out (valid while this runs)."""
@@ -220,6 +225,7 @@ class Coordinator:
             coord.metrics.watch_journal(trace.journal)
             coord.metrics.watch_events(coord.events)
             coord._load_scopes(snapshot)
+            load_teams(coord.runtime, coord._teams)
             restore_environment(coord.runtime)
             if settings is not None and note is not None:
                 record_settings(trace, settings, note)
@@ -394,9 +400,14 @@ class Coordinator:
 
     async def fork_team(self, cut: Cut | str, prefix: str) -> list[Scope]:
         """A scope `<prefix><member>` per member of `cut`, at its cut head with its cut
-        inbox (the team as it was, to run again). Raises NotFound, ScopeExists."""
+        inbox (the team as it was, to run again); and each team (`create_team`) whose
+        members are all in the cut forked as `<prefix><team>`, with its task list,
+        scratchpad and requests as they were at the cut. Raises NotFound, ScopeExists."""
         found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
-        return await fork_team(self.scopes, found, prefix)
+        teams_in(self._teams, found, prefix)  # a team fork's name taken: before any fork
+        forked = await fork_team(self.scopes, found, prefix)
+        await fork_teams(self.runtime, self._teams, found, prefix, forked)
+        return forked
 
     async def rewind_team(self, cut: Cut | str, *, reason: str = "") -> list[str]:
         """Rewind every member of `cut` to its cut head and inbox, together (no member
@@ -404,6 +415,36 @@ class Coordinator:
         Returns the decisions' effect ids."""
         found = cut if isinstance(cut, Cut) else await self.read_cut(cut)
         return await rewind_team(self.scopes, found, reason=reason)
+
+    # -- the team: shared state -------------------------------------------------------
+
+    async def create_team(self, name: str, members: Sequence[Scope | str], *,
+                          lead: Scope | str | None = None) -> Team:
+        """Make team `name` of live scopes `members` (scopes or names; their member names
+        are their scope names) led by `lead` (default: the first member). The team's
+        task list, scratchpad and typed requests are its members' effects (`Team`,
+        `Team.member`, `Scope.team`). Raises ScopeExists for a team of that name,
+        UnknownScope for a member that is not live, CorralError for a lead who is not a
+        member."""
+        scopes = [self.scope(s) if isinstance(s, str) else s for s in members]
+        chosen = (scopes[0] if lead is None and scopes
+                  else self.scope(lead) if isinstance(lead, str) else lead)
+        if chosen is None:
+            raise CorralError("a team needs at least one member")
+        return await create_team(self.runtime, self._teams, name, scopes, chosen)
+
+    def team(self, name: str) -> Team:
+        """Team `name`. Raises NotFound."""
+        return team_of(self._teams, name)
+
+    def teams(self) -> list[str]:
+        """The names of the teams."""
+        return sorted(self._teams)
+
+    def teams_of(self, scope: Scope | str) -> list[Team]:
+        """The teams scope `scope` is a member of, by name."""
+        name = scope if isinstance(scope, str) else scope.name
+        return sorted(self._teams.of(name), key=lambda t: t.name)
 
     @contextlib.contextmanager
     def settings_changed(self, **changes: Any) -> Iterator[Settings]:

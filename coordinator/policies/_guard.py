@@ -19,7 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ..records._effects import Decision, Exec, FileChange, FsDelete, FsPatch, FsWrite, Intent
+from ..records._effects import (
+    Decision,
+    Exec,
+    FileChange,
+    FsDelete,
+    FsPatch,
+    FsWrite,
+    Intent,
+    TeamWrite,
+)
 from ..store._favor import merge_driver
 from ..store._merge import merge_file, parse_hunks
 from ..store._reads import file_at
@@ -60,6 +69,8 @@ class ConflictGuard:
         self.claims = [c for c in self.claims if c.scope != scope]
 
     async def __call__(self, intent: Intent, view: View) -> Decision | None:
+        if isinstance(intent, TeamWrite):
+            return await _pad_write(intent, view)
         changes = _writes(intent)
         if not changes:
             return None
@@ -105,6 +116,37 @@ class ConflictGuard:
             if tag != "equal" and i1 < last and max(i2, i1 + 1) > first - 1:
                 return True
         return False
+
+
+async def _pad_write(intent: TeamWrite, view: View) -> Decision | None:
+    """Abstain on a scratchpad write made on the current version; merge a stale one (a
+    rewrite) or block it when the merge conflicts, or when there is nothing to merge
+    (the writer never read the file, or one side deletes it)."""
+    current = view.team_file(intent.team, intent.path)
+    now = current.blob if current is not None else None
+    if now == intent.base:
+        return None
+    what = f"scratchpad file {intent.path!r}"
+    if current is None:
+        return Decision(verdict="block", reason=f"{what} was deleted since you read it")
+    who = f"{current.member} (effect {current.effect})"
+    if intent.base is None:
+        return Decision(verdict="block", reason=f"{what} was written by {who}: read it "
+                        "before you write it")
+    if intent.blob is None:
+        return Decision(verdict="block", reason=f"{what} was changed by {who} since you "
+                        "read it: read it again before you delete it")
+    ours, base, theirs = intent.blob, intent.base, current.blob
+    merged = await view.io(lambda: merge_file(view.trace.repo, intent.path, (base, 0o100644),
+                                              (ours, 0o100644), (theirs, 0o100644)))
+    if not merged.automergeable:
+        spans = ", ".join(f"{h.ours_start}-{h.ours_end}" for h in parse_hunks(merged.contents))
+        lines = f"lines {spans} of " if spans else ""
+        return Decision(verdict="block", reason=f"{lines}{what} conflict with the write by "
+                        f"{who} since you read it: read it again and redo your change")
+    blob = await view.store(merged.contents)
+    return Decision(verdict="rewrite", reason=f"merged with the write by {who} since you "
+                    "read it", rewritten=intent.model_copy(update={"blob": blob, "base": now}))
 
 
 def _check(

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..records._effects import Effect
 from ..records._errors import NotFound
 from ..records._paths import check_path
+from ..records._team import PadFile
 
 if TYPE_CHECKING:
     from ..store._trace import Trace
 
-__all__ = ["ScopeInfo", "View", "ViewSource"]
+__all__ = ["ScopeInfo", "TeamFiles", "View", "ViewSource"]
 
 T = TypeVar("T")
 
@@ -58,6 +59,12 @@ class _LiveScopes(Protocol):
     def get(self, name: str, /) -> _LiveScope | None: ...
 
 
+class TeamFiles(Protocol):
+    """What a view reads of a team (a `Team`): its scratchpad's files."""
+
+    def file(self, path: str) -> PadFile | None: ...
+
+
 class ViewSource(Protocol):
     """What a view reads: the coordinator's shared state (its `Runtime`), described
     here so this layer, below the scopes, does not import it."""
@@ -68,6 +75,8 @@ class ViewSource(Protocol):
     def pending(self) -> Mapping[str, Effect]: ...
     @property
     def trace(self) -> Trace: ...
+    @property
+    def teams(self) -> Mapping[str, TeamFiles]: ...
     def io(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]: ...
 
 
@@ -145,6 +154,12 @@ class View:
                 return None
 
         return await self._rt.io(read)
+
+    def team_file(self, team: str, path: str) -> PadFile | None:
+        """The file `path` of team `team`'s scratchpad as it is now (None: no such file,
+        or no such team)."""
+        found = self._rt.teams.get(team)
+        return found.file(path) if found is not None else None
 
     async def blob(self, blob: str) -> bytes:
         """The content of blob `blob` of the trace."""

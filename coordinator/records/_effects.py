@@ -41,6 +41,10 @@ __all__ = [
     "ScopeRewind",
     "Status",
     "SupervisorAction",
+    "TaskOp",
+    "TeamOutcome",
+    "TeamTask",
+    "TeamWrite",
     "ToolCall",
     "ToolOutcome",
     "Usage",
@@ -164,11 +168,24 @@ class ToolCall(_Record):
     call_id: str | None = None
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class Message(_Record):
     kind: Literal["message"] = "message"
     to: str
     text: str
     sender: str | None = None
+    # Left out of the record when unset: a plain message's record is as before teams.
+    team: str | None = Field(default=None, exclude_if=_unset)
+    """The team this message belongs to: set on typed requests and their responses."""
+    request: str | None = Field(default=None, exclude_if=_unset)
+    """A typed request: its id (`r<n>`, unique in the team); `text` is its body."""
+    request_kind: str | None = Field(default=None, exclude_if=_unset)
+    """A typed request: what it asks (a word the team agrees on: "review", "plan")."""
+    reply_to: str | None = Field(default=None, exclude_if=_unset)
+    """A response: the id of the request it answers; `text` is its body."""
 
 
 class ScopeFork(_Record):
@@ -200,6 +217,37 @@ class ScopeDiscard(_Record):
     """The archive ref the scope's branch moves to."""
 
 
+TaskOp = Literal["add", "claim", "complete", "release", "block"]
+
+
+class TeamTask(_Record):
+    """A change to a team's task list by the member whose branch records it."""
+
+    kind: Literal["team.task"] = "team.task"
+    team: str
+    op: TaskOp
+    task: str
+    """The task's id (`t<n>`; for add, the id the new task gets)."""
+    title: str = ""
+    """add: the task's one-line title."""
+    detail: str = ""
+    """add: what the task is; complete, release, block: the member's note."""
+    assignee: str | None = None
+    """add: the member expected to claim it (only they may, until it is released)."""
+
+
+class TeamWrite(_Record):
+    """A write (blob None: a delete) to a file of a team's scratchpad."""
+
+    kind: Literal["team.write"] = "team.write"
+    team: str
+    path: str
+    blob: str | None
+    base: str | None = None
+    """The file's blob as the writer last saw it (None: no file). The write lands only
+    if the file is still that; the conflict guard merges a stale write instead."""
+
+
 ControlAction = Literal["rewind", "handoff", "inject", "discard", "noop"]
 
 
@@ -228,7 +276,9 @@ Intent = Annotated[
     | ScopeRewind
     | ScopeMerge
     | ScopeDiscard
-    | SupervisorAction,
+    | SupervisorAction
+    | TeamTask
+    | TeamWrite,
     Field(discriminator="kind"),
 ]
 
@@ -299,6 +349,10 @@ class ModelOutcome(_Record):
     """Blob id of the provider-neutral response (canonical JSON)."""
     usage: Usage = Usage()
     replayed: bool = False
+    tokens: str | None = None
+    """Blob id of the call's token ids and logprobs as the server returned them
+    (canonical JSON: `prompt_ids`, `completion_ids`, `logprobs`); None when it
+    returned none. Nothing is re-tokenised to fill it."""
 
 
 class ToolOutcome(_Record):
@@ -320,8 +374,23 @@ class NoOutcome(_Record):
     kind: Literal["none"] = "none"
 
 
+class TeamOutcome(_Record):
+    """What a team operation (a task change, a scratchpad write, a request or a response)
+    did: its place in the team's order, and for a claim whether it won."""
+
+    kind: Literal["team"] = "team"
+    seq: int
+    """The team-wide order of the operation: the team's state is the operations on its
+    members' branches applied in this order."""
+    won: bool | None = None
+    """claim: whether this member got the task."""
+    owner: str | None = None
+    """claim: who owns the task now (this member, or the one who had it)."""
+
+
 Outcome = Annotated[
-    FsOutcome | ExecOutcome | ModelOutcome | ToolOutcome | MergeOutcome | NoOutcome,
+    FsOutcome | ExecOutcome | ModelOutcome | ToolOutcome | MergeOutcome | NoOutcome
+    | TeamOutcome,
     Field(discriminator="kind"),
 ]
 
@@ -370,8 +439,17 @@ class Effect(_Record):
                 detail = f"{i.provider}/{i.model}"
             case ToolCall():
                 detail = i.tool
+            case Message() if i.request is not None:
+                detail = f"to {i.to} (request {i.request}: {i.request_kind})"
+            case Message() if i.reply_to is not None:
+                detail = f"to {i.to} (response to {i.reply_to})"
             case Message():
                 detail = f"to {i.to}"
+            case TeamTask():
+                title = f" {_clip(i.title, 60)!r}" if i.op == "add" else ""
+                detail = f"{i.op} {i.task}{title} [{i.team}]"
+            case TeamWrite():
+                detail = f"{i.path}{' (delete)' if i.blob is None else ''} [{i.team}]"
             case ScopeFork():
                 detail = f"{i.child} from {i.parent}"
             case ScopeRewind():

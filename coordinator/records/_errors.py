@@ -18,6 +18,8 @@
     ├── ExecError            a command that cannot run as asked: empty argv, bad env,
     │                        a timeout past the exec limit timeout_max
     ├── SandboxFailure       the workspace backend failed (wraps sandboxes.SandboxError)
+    ├── TeamError            a team operation its rules refuse: completing a task
+    │                        another member owns, answering a request not yours
     └── SetupFailed          the project's setup (`Coordinator.prepare`) failed (.log)
 
 A blocked intent is not an error: it is a `Result` whose decision says why.
@@ -45,6 +47,7 @@ __all__ = [
     "ScopeDiscarded",
     "ScopeExists",
     "StateError",
+    "TeamError",
     "UnknownScope",
 ]
 
@@ -137,3 +140,9 @@ class ExecError(CorralError, ValueError):
 
 class SandboxFailure(CorralError):
     """The workspace backend failed."""
+
+
+class TeamError(CorralError):
+    """A team operation its rules refuse (a task that does not exist or that another
+    member owns, a request that is not addressed to you, a stale scratchpad write).
+    The refused operation is recorded as a failed effect on the member's branch."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from sandboxes import Limits
 
 from ..policies._chain import PolicyChain
 from ..policies._settings import DEFER_TIMEOUT_S, LIVE_TIMEOUT_S, Settings
+from ..policies._view import TeamFiles
 from ..records._effects import Effect
 from ..records._errors import CorralError
 from ..records._events import EventBus
@@ -81,6 +82,9 @@ class Runtime(Generic[S]):
         self._barrier: asyncio.Future[None] | None = None
         """Raised by `quiesced` (a cut): no world action starts until it is lowered."""
         self._quiet: asyncio.Future[None] | None = None
+        self.teams: Mapping[str, TeamFiles] = {}
+        """The coordinator's teams by name (`Team`s; set by the coordinator), for a
+        policy's `View.team_file`."""
         self.command_env: dict[str, str] = {}
         """Variables of the prepared project environment (`Coordinator.prepare`) every
         command run without an env of its own gets; its PATH goes before the default."""

@@ -41,6 +41,7 @@ from ..records._effects import (
 from ..records._errors import (
     CorralError,
     MergeError,
+    NotFound,
     PathError,
     RewindError,
     SandboxFailure,
@@ -58,7 +59,9 @@ from ._effect_path import INLINE_BYTES, Act, ActInput, EffectPath, InThread, Res
 from ._live import LiveWrites, attach_live
 
 if TYPE_CHECKING:
+    from ..store._trace import Trace
     from ._runtime import Runtime
+    from ._team import TeamMember
 
 __all__ = ["Scope"]
 
@@ -422,6 +425,20 @@ class Scope:
         messages, self.inbox = self.inbox, []
         return messages
 
+    def team(self, name: str | None = None) -> TeamMember:
+        """This scope as a member of team `name` (default: the one team it is in), to
+        change the team's task list, scratchpad and requests (`TeamMember`). Raises
+        NotFound when it is in no such team (or, without a name, in none or several)."""
+        from ._team import Team
+
+        teams = [t for t in self.runtime.teams.values() if isinstance(t, Team)
+                 and self.name in t.info.members.values() and name in (None, t.name)]
+        if len(teams) != 1:
+            which = f"team {name!r}" if name else "one team" if not teams else \
+                f"one team but in {', '.join(sorted(t.name for t in teams))}"
+            raise NotFound(f"scope {self.name!r} is not in {which}")
+        return teams[0].member(self.name)
+
     # -- history ------------------------------------------------------------------
 
     async def rewind_target(self, to: str | None = None, *, steps: int | None = None) -> str:
@@ -482,7 +499,8 @@ class Scope:
 
     async def fork(self, name: str, *, at: str | None = None) -> Scope:
         """A child scope at this scope's head (or at `at`, an earlier commit of
-        this scope's history), with a copy-on-write workspace.
+        this scope's history, or of a history one of its rewinds left), with a
+        copy-on-write workspace.
 
         Raises ScopeExists when `name` is taken, PathError for a bad name,
         RewindError when `at` is not in this scope's history.
@@ -493,6 +511,11 @@ class Scope:
         with self.runtime.scopes.claim(name):
             return await self._fork(name, at)
 
+    def _rewound(self, trace: Trace) -> list[str]:
+        """The heads this scope's rewinds archived (its history before each rewind)."""
+        return [c for r in trace.refs(f"{ARCHIVE_PREFIX}{self.name}/rewound-")
+                if (c := trace.ref(r)) is not None]
+
     async def _fork(self, name: str, at: str | None) -> Scope:
         rt = self.runtime
         trace = rt.trace
@@ -502,7 +525,8 @@ class Scope:
             if at is not None and at != head:  # the head itself needs no lookup
                 def resolve(rev: str) -> tuple[str, bool]:
                     found = str(trace.commit(rev).id)
-                    return found, trace.is_ancestor(found, head)
+                    return found, trace.is_ancestor(found, head) or any(
+                        trace.is_ancestor(found, old) for old in self._rewound(trace))
 
                 found, inside = await rt.io(resolve, at)
                 if not inside:

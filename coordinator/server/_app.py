@@ -37,6 +37,7 @@ from ..records._errors import (
     ScopeDiscarded,
     ScopeExists,
     StateError,
+    TeamError,
     disk_full,
 )
 from ..records._wire import BadRequest, ErrorOut
@@ -68,6 +69,7 @@ STATUS: dict[type[CorralError], int] = {
     ScopeExists: 409,
     MergeError: 409,
     StateError: 409,
+    TeamError: 409,
     SandboxFailure: 500,
     DiskFull: 507,
 }

@@ -57,7 +57,7 @@ _ERRORS = {
     "404": "Unknown scope, commit, file or held intent",
     "405": "Method not allowed here (the Allow header names the allowed ones)",
     "408": "The body did not arrive in time (shorter than its Content-Length?)",
-    "409": "Conflicting state (scope exists, discarded, merge refused)",
+    "409": "Conflicting state (scope exists, discarded, merge refused, a team rule refused)",
     "413": "Body larger than the server's limit",
     "422": "Body does not match the schema (unknown field, wrong type)",
 }

@@ -560,5 +560,6 @@ ROUTES: tuple[Route, ...] = (
 # The dashboard's read-only views (graph, diffs, scope overview) live in _views.py.
 from ._cuts import CUT_ROUTES  # noqa: E402
 from ._dashboard import VIEW_ROUTES  # noqa: E402
+from ._teams import TEAM_ROUTES  # noqa: E402
 
-ROUTES = ROUTES + CUT_ROUTES + VIEW_ROUTES
+ROUTES = ROUTES + CUT_ROUTES + TEAM_ROUTES + VIEW_ROUTES

@@ -12,11 +12,17 @@ Strategy "union" is git with `* merge=union` in `info/attributes`, which
 outranks every in-tree line. Files with a NUL in their first 8000 bytes are
 binary to every driver.
 
-Text merges with a favor or the union driver are git's own: git's default
-merge (ort) diffs with histogram; libgit2, which Corral uses for strategy
-"fail", has only Myers, and the two place some hunks differently. So those
-files go, all in one run, through one running `git merge-tree --write-tree
---stdin` (`_scratch.MergeTree`) that merges three commits made of just them.
+Text merges are git's own, for every strategy: git's default merge (ort)
+diffs with histogram; libgit2 has only Myers, and the two place some hunks
+differently. So those files go, all in one run, through one running `git
+merge-tree --write-tree --stdin` (`_gitdir.MergeTree`) that merges three
+commits made of just them: "union" with a `merge=union` attribute; "fail" as
+it is (and again in diff3 style for a conflict's hunks); "ours"/"theirs" in
+merge style with long markers, each conflict then replaced by the favored
+side. That is what `-X ours|theirs` writes (git 2.39's merge-tree has no
+`-X`): xdiff applies a favor only as it writes the result, to the conflicts
+its refinement left (xmerge.c, `xdl_fill_merge_buffer`), and a favored side
+gets no line end added where the file has none.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from ..records._errors import MergeError
 from ._gitdir import merge_tree, tree_bytes
 from ._gitnames import entry
 
-__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "merge_driver", "settle"]
+__all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "marker_size",
+           "merge_driver", "settle"]
 
 Side = tuple[str, int]
 """(blob id, mode) of one version of a path."""
@@ -105,53 +112,58 @@ def settle(
     if strategy == "union":  # `* merge=union` in info/attributes outranks the tree's
         driver = "union"
     variant: Variant = "union" if driver == "union" else strategy
-    if driver == "binary":
-        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+    if driver == "binary":  # a side taken whole still carries the mode clash
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary", mode_clean)
     two_way = anc is None or a_mode >> 12 != o_mode >> 12
     base_text = blob(anc[0]) if anc is not None and not two_way else None
     texts = (base_text, blob(ours[0]), blob(theirs[0]))
     if any(x is not None and b"\0" in x[:_BINARY_PROBE] for x in texts):
         # git's binary merge: the favored side, else a conflict (union has no favor)
-        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary")
+        return _pick(variant, (ours[0], mode), (theirs[0], mode), "binary", mode_clean)
     return TextMerge(None if two_way else anc, texts, variant, mode, mode_clean)
 
 
-def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash) -> Side | Clash:
-    """A side taken whole: git's favor, or a conflict (no favor, or union)."""
-    return ours if variant == "ours" else theirs if variant == "theirs" else kind
+def _pick(variant: MergeStrategy, ours: Side, theirs: Side, kind: Clash,
+          mode_clean: bool = True) -> Side | Clash:
+    """A side taken whole: git's favor, or a conflict (no favor, or union; or
+    the favored side with modes that clash)."""
+    if variant not in ("ours", "theirs"):
+        return kind
+    return (ours if variant == "ours" else theirs) if mode_clean else "mode"
 
 
 def histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], variant: Variant
-) -> list[bytes]:
+    files: Sequence[tuple[bytes | None, bytes, bytes]], variant: Variant, *, diff3: bool = False,
+) -> list[tuple[bytes, bool]]:
     """Each (ancestor, ours, theirs) text merged as git's default merge does,
-    with `variant` "union", "ours" or "theirs" (never a conflict)."""
+    with `variant` "union", "ours" or "theirs" (never a conflict) or "fail":
+    (the merged text, whether it conflicts). A conflicted text is marked in
+    merge style, or diff3 style with `diff3`, with markers of
+    `marker_size(...)` of the texts."""
     if not files:
         return []
-    return _histogram_merge(files, variant)
+    return _histogram_merge(files, variant, diff3)
 
 
 def _histogram_merge(
-    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: Variant
-) -> list[bytes]:
+    files: Sequence[tuple[bytes | None, bytes, bytes]], strategy: Variant, diff3: bool,
+) -> list[tuple[bytes, bool]]:
     """Merge each (ancestor, ours, theirs) text as git's default merge does.
 
     One merge by a running `git merge-tree --write-tree --stdin` (see
-    `_scratch.MergeTree`) of three commits made of just these files (flat
+    `_gitdir.MergeTree`) of three commits made of just these files (flat
     names, so no renames are found among them). "union" sets the
     `merge=union` attribute; for "ours"/"theirs" (git 2.39's merge-tree has no
     `-X`) the conflicts come back marked in merge style and each is replaced
-    by the favored side, as xdiff's favor does after the same refinement.
+    by the favored side: xdiff applies a favor only when it writes the result,
+    after the same conflict refinement (xmerge.c, `xdl_fill_merge_buffer`).
     """
-    texts = [x for f in files for x in f if x]
-    marker = _MARKER_SIZE
-    if strategy != "union" and any(m in x for x in texts for m in _MARKERS):
-        longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
-        marker = max(marker, longest + 7)
+    marker = marker_size(files)
     attributes = "* merge=union\n" if strategy == "union" else \
         f"* merge=text conflict-marker-size={marker}\n"
+    config = "[merge]\n\tconflictStyle = diff3\n" if diff3 else ""
     names = [f"{i:06d}" for i in range(len(files))]
-    server = merge_tree(attributes)
+    server = merge_tree(attributes, config)
     with server.session() as git:
         def tree(k: int) -> str:
             entries = {}
@@ -164,24 +176,42 @@ def _histogram_merge(
         base = git.commit(tree(0))
         ours, theirs = git.commit(tree(1), [base]), git.commit(tree(2), [base])
         try:
-            result, _ = server.merge(ours, theirs)
+            result, conflicted = server.merge(ours, theirs)
         except OSError as e:
             raise MergeError(f"git merge-tree failed: {e}", cause=e) from e
         kind, raw = git.read(result)
         assert kind == ObjectType.TREE
         ids = {name.decode(): oid.hex() for _, name, oid in _TREE_ENTRY.findall(raw)}
         merged = [git.read(ids[n])[1] for n in names]
-    if strategy == "union":
-        return merged
-    return [_take_side(m, f[1], f[2], marker, strategy == "ours")
+    if strategy in ("union", "fail"):
+        return [(m, n in conflicted) for m, n in zip(merged, names, strict=True)]
+    return [(_take_side(m, f[1], f[2], marker, strategy == "ours"), False)
             for m, f in zip(merged, files, strict=True)]
 
 
-_MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>")
+def marker_size(files: Sequence[tuple[bytes | None, bytes, bytes]]) -> int:
+    """Conflict markers longer than any run of `<`, `=`, `|` or `>` that starts
+    a line of these texts, so that a marker line is never a line of a file."""
+    texts = [x for f in files for x in f if x]
+    if not any(m in x for x in texts for m in _MARKERS):
+        return _MARKER_SIZE
+    longest = max((len(m[1]) for x in texts for m in _MARKER_RUN.finditer(x)), default=0)
+    return max(_MARKER_SIZE, longest + 7)
+
+
+def _lines(text: bytes) -> list[bytes]:
+    """xdiff's lines: each up to and with its `\\n` (a lone CR is inside a
+    line), the last maybe without."""
+    lines = [line + b"\n" for line in text.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
+_MARKERS = (b"<<<<<<<", b"=======", b">>>>>>>", b"|||||||")
 _MARKER_SIZE = 32
 """Conflict markers this long never occur in real files; a file with lines
 starting with a run of markers as long gets longer ones (another git process)."""
-_MARKER_RUN = re.compile(rb"^(<+|=+|>+)", re.M)
+_MARKER_RUN = re.compile(rb"^(<+|=+|>+|\|+)", re.M)
 _TREE_ENTRY = re.compile(rb"(\d+) ([^\0]*)\0(.{20})", re.S)
 
 
@@ -197,7 +227,7 @@ def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours
     out: list[bytes] = []
     side: list[bytes] = []
     state = 0  # 0 outside, 1 in ours, 2 in theirs
-    lines = merged.splitlines(keepends=True)
+    lines = _lines(merged)
     for n, line in enumerate(lines):
         bare = line.rstrip(b"\r\n")
         if state == 0 and line.startswith(start) and (len(bare) == marker or bare[marker:

@@ -58,14 +58,14 @@ def tree_bytes(entries: Mapping[str, tuple[str, int]]) -> bytes:
 class GitDir:
     """A bare git directory in a temp dir, removed on exit."""
 
-    def __init__(self, attributes: str = "") -> None:
+    def __init__(self, attributes: str = "", config: str = "") -> None:
         self.path = Path(tempfile.mkdtemp(prefix="corral-git-", dir=_SCRATCH_ROOT))
         (self.path / "objects").mkdir()
         (self.path / "refs").mkdir()
         (self.path / "HEAD").write_text("ref: refs/heads/main\n")
         (self.path / "config").write_text(
             "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
-            "[gc]\n\tauto = 0\n"
+            "[gc]\n\tauto = 0\n" + config
         )
         self.attributes = self.path / "attributes"
         self.attributes.write_text(attributes)
@@ -139,8 +139,8 @@ class MergeTree:
 
     MAX_MERGES = 256
 
-    def __init__(self, attributes: str) -> None:
-        self._attributes = attributes
+    def __init__(self, attributes: str, config: str = "") -> None:
+        self._attributes, self._config = attributes, config
         self._lock = threading.Lock()
         self._git: GitDir | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -161,27 +161,31 @@ class MergeTree:
                 self.close()  # a half-read answer would desynchronize the next one
                 raise
 
-    def merge(self, ours: str, theirs: str) -> tuple[str, bool]:
+    def merge(self, ours: str, theirs: str) -> tuple[str, set[str]]:
         """Merge two commits of the session's GitDir (their merge base as git
-        finds it). Returns (merged tree id, clean). Call inside `session()`."""
+        finds it). Returns (merged tree id, the paths git left conflicted).
+        Call inside `session()`."""
         proc = self._proc
         if proc is None:  # no stdbuf: one git process per merge
             assert self._git is not None
-            done = self._git.run("merge-tree", "--write-tree", ours, theirs)
+            done = self._git.run("merge-tree", "--write-tree", "-z", "--no-messages",
+                                 ours, theirs)
             if done.returncode not in (0, 1):
                 raise OSError(done.stderr.decode(errors="replace").strip())
-            return done.stdout.split(b"\n", 1)[0].decode(), done.returncode == 0
+            head, *entries = done.stdout.split(b"\0")
+            return head.decode(), {_entry_path(e) for e in entries if e}
         assert proc.stdin is not None
         try:
             proc.stdin.write(f"{ours} {theirs}\n".encode())
             proc.stdin.flush()
-            status, tree = self._field(), self._field()
-            while self._field():  # conflicted entries, up to the empty field
-                pass
+            self._field()  # the status: 1 clean, 0 conflicted (the entries say which)
+            tree, conflicted = self._field(), set()
+            while entry := self._field():  # conflicted entries, up to the empty field
+                conflicted.add(_entry_path(entry.encode()))
         except (OSError, EOFError) as e:
             self.close()
             raise OSError(f"git merge-tree stopped: {e}") from e
-        return tree, status == "1"
+        return tree, conflicted
 
     def _field(self) -> str:
         assert self._proc is not None and self._proc.stdout is not None
@@ -195,7 +199,7 @@ class MergeTree:
 
     def _start(self) -> None:
         self.close()
-        self._git = GitDir(self._attributes)
+        self._git = GitDir(self._attributes, self._config)
         self._buf, self._merges = b"", 0
         if _STDBUF is None:
             return
@@ -224,17 +228,23 @@ class MergeTree:
             self._git = None
 
 
+def _entry_path(entry: bytes) -> str:
+    """The path of a conflicted entry, `<mode> <object> <stage>\\t<path>`."""
+    return entry.split(b"\t", 1)[1].decode()
+
+
 _STDBUF = shutil.which("stdbuf")
-_SERVERS: dict[str, MergeTree] = {}
+_SERVERS: dict[tuple[str, str], MergeTree] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def merge_tree(attributes: str) -> MergeTree:
-    """The process-wide MergeTree for these attributes (started on first use)."""
+def merge_tree(attributes: str, config: str = "") -> MergeTree:
+    """The process-wide MergeTree for these attributes and config lines (started
+    on first use)."""
     with _SERVERS_LOCK:
-        server = _SERVERS.get(attributes)
+        server = _SERVERS.get((attributes, config))
         if server is None:
-            server = _SERVERS[attributes] = MergeTree(attributes)
+            server = _SERVERS[attributes, config] = MergeTree(attributes, config)
         return server
 
 

@@ -132,6 +132,22 @@ class TraceLog(TraceRefs):
             yield entry
             commit = commit.parents[0] if commit.parent_ids else None
 
+    def marked(self, head: str, marker: bytes) -> list[TraceEntry]:
+        """The effects on the first-parent line ending at `head` whose record holds
+        `marker` (bytes of its JSON, e.g. `b'"team":'`), oldest first. The line is found
+        without decoding (as `stream` finds it) and only the marked records are decoded:
+        the cost of the walk is ~6 µs a commit plus the marked ones."""
+        out: list[TraceEntry] = []
+        for oid in self._line(head):
+            commit = self.repo[oid]
+            assert isinstance(commit, pygit2.Commit)
+            if marker in commit.raw_message:
+                entry = self.entry_of(commit)
+                if entry.effect is not None:
+                    out.append(entry)
+        out.reverse()
+        return out
+
     def first_parents(self, head: str, stop: str) -> list[str]:
         """Commit ids from `head` back along first parents to `stop` (included),
         newest first, without decoding records (rewind's hot path)."""

@@ -5,18 +5,18 @@ merge works from the two diffs against the merge base instead: a path changed
 on one side only is taken as it is, a path changed on both goes through a
 three-way file merge. Conflicts come back as data.
 
-Which file merge: with strategy "fail", libgit2's (in process, diff3 markers
-parsed into hunks). Its verdicts agree with git's on every CooperBench gold pair
-and nearly always on generated ones, but not always: Myers (libgit2) and
-histogram (git's merge) can align repeated lines differently, and one may find
-two separate changes where the other finds one clash (a known gap, pinned by
-tests/coordinator/test_merge_favors.py's strict xfail). With a
-favor ("ours", "theirs", "union") the merged text is the answer, and libgit2
-cannot give git's: it diffs with Myers where git's default merge (ort) uses
-histogram, which places some hunks differently. So those files go, all in one
-run, through git's own merge (`_favor.histogram_merge`). Before any line
-merge, `_favor.settle` settles what git settles by type, mode and the
-merge driver ours' `.gitattributes` name.
+Which file merge: git's own, for every strategy. libgit2 diffs with Myers;
+git's default merge (ort) with histogram, and the two align repeated lines
+differently: one finds two separate changes where the other finds one clash
+(so "fail" verdicts differed), and a favor takes a different side of a
+differently placed conflict (so "ours"/"theirs"/"union" texts differed). So
+the text files both sides changed go, all in one run, through a running `git
+merge-tree --write-tree` (`_favor.histogram_merge`): a merge that has such a
+file costs that run (~1 ms), one that has none runs no git at all. Before any
+line merge, `_favor.settle` settles what git settles by type, mode and the
+merge driver ours' `.gitattributes` name. A favor settles file contents
+only, as git's `-X` and `merge=union` do: modify/delete, rename/delete,
+rename/rename and file/directory clashes conflict under every strategy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ import pygit2
 from ..records._effects import MergeStrategy
 from ..records._merges import Conflict, ConflictKind, Hunk, MergeResult, Resolver
 from . import _pygit2
-from ._favor import Side, TextMerge, Variant, histogram_merge, merge_driver, settle
+from ._favor import (
+    Side,
+    TextMerge,
+    Variant,
+    histogram_merge,
+    marker_size,
+    merge_driver,
+    settle,
+)
 from ._gitnames import entry
 from ._pygit2 import FileMerge
 from ._trace import Trace
@@ -41,13 +49,18 @@ def merge_file(
     ours: tuple[str, int],
     theirs: tuple[str, int],
     strategy: MergeStrategy = "fail",
+    *,
+    diff3: bool | None = None,
+    marker_size: int = 0,
 ) -> FileMerge:
     """libgit2's three-way file merge (Myers diff) with a favor: diff3-style
-    markers for "fail" (the hunks carry the ancestor's lines), merge style for
-    a favor, as git's own drivers (diff3 style stops xdiff from trimming the
-    lines both sides share at a conflict's edges before it takes a side)."""
+    markers for "fail" (the hunks carry the ancestor's lines; `diff3=False`
+    gives merge style, git's default), merge style for a favor, as git's own
+    drivers (diff3 style stops xdiff from trimming the lines both sides share
+    at a conflict's edges before it takes a side). `marker_size` 0: git's 7."""
     return _pygit2.merge_file(repo, path, ancestor, ours, theirs, strategy,
-                              diff3=strategy == "fail")
+                              diff3=strategy == "fail" if diff3 is None else diff3,
+                              marker_size=marker_size)
 
 
 class _Texts(pygit2.OdbBackend):
@@ -91,8 +104,10 @@ def merge_texts(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     return merged.contents if merged.automergeable else None
 
 
-def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:
-    """Conflict regions from diff3-style marker text, with our line numbers."""
+def parse_hunks(merged: bytes, marker: int = 7) -> tuple[Hunk, ...]:
+    """Conflict regions from diff3-style marker text (markers `marker` long),
+    with our line numbers."""
+    start_, base_, mid_, end_ = ("<" * marker, "|" * marker, "=" * marker, ">" * marker)
     hunks: list[Hunk] = []
     ours_line = 1
     state = "text"
@@ -102,24 +117,24 @@ def parse_hunks(merged: bytes) -> tuple[Hunk, ...]:
     start = 1
     for raw in merged.decode("utf-8", "replace").splitlines():
         if state == "text":
-            if raw.startswith("<<<<<<<"):
+            if raw.startswith(start_):
                 state, start, ours, base, theirs = "ours", ours_line, [], [], []
             else:
                 ours_line += 1
         elif state == "ours":
-            if raw.startswith("|||||||"):
+            if raw.startswith(base_):
                 state = "base"
-            elif raw.startswith("======="):
+            elif raw.startswith(mid_):
                 state = "theirs"
             else:
                 ours.append(raw)
         elif state == "base":
-            if raw.startswith("======="):
+            if raw.startswith(mid_):
                 state = "theirs"
             else:
                 base.append(raw)
         elif state == "theirs":
-            if raw.startswith(">>>>>>>"):
+            if raw.startswith(end_):
                 hunks.append(Hunk(start, tuple(ours), tuple(base), tuple(theirs)))
                 ours_line += len(ours)
                 state = "text"
@@ -210,55 +225,57 @@ class _ThreeWay:
     def content(self, out: str, anc: Side | None, o: Side, t: Side,
                 at: tuple[str, str]) -> None:
         """A file both sides changed, to `out`: settled as git settles it (see
-        `_favor.settle`), merged line by line in process for "fail", or left
-        for the favored merges' one git run."""
+        `_favor.settle`), or a text merge left for the one git run
+        (`favored_texts`)."""
         driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, out)
         settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
         if isinstance(settled, str):
             self.conflict(out, settled, anc, o, t, at)
         elif isinstance(settled, tuple):
             self.take(out, settled)
-        elif settled.variant != "fail":
-            self.pending.append((out, settled, anc, o, t, at))
         else:
-            self.line_merge(out, settled, anc, o, t, at)
+            self.pending.append((out, settled, anc, o, t, at))
 
-    def line_merge(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
-                   at: tuple[str, str]) -> None:
-        """libgit2's merge of a text file (strategy "fail"): the merged text,
-        or the conflict with its hunks."""
-        merged = merge_file(self.trace.repo, out, how.ancestor, o, t, "fail")
-        if not merged.automergeable:
-            hunks = parse_hunks(merged.contents)
+    def merged_text(self, out: str, how: TextMerge, anc: Side | None, o: Side, t: Side,
+                    at: tuple[str, str], data: bytes, conflicted: bool, marker: int) -> None:
+        """A text merge's outcome at `out`: the merged file, or the conflict
+        (with its hunks from `data`, diff3-marked), or a mode conflict."""
+        if conflicted:
             kind: ConflictKind = "content" if anc is not None else "add/add"
-            self.conflict(out, "binary" if not hunks and not merged.contents else kind,
-                          anc, o, t, at, hunks)
+            self.conflict(out, kind, anc, o, t, at, parse_hunks(data, marker))
         elif not how.mode_clean:
             self.conflict(out, "mode", anc, o, t, at)
         else:
-            self.take(out, (self.trace.write_blob(merged.contents), how.mode))
+            self.take(out, (self.trace.write_blob(data), how.mode))
 
     def favored_texts(self) -> None:
-        """The favored text merges, one git run per variant (almost always one)."""
-        variants: tuple[Variant, ...] = ("union", "ours", "theirs")
+        """The text merges, all done by git, one run per variant (almost always
+        one). A "fail" merge that conflicts runs again in diff3 style, for its
+        hunks (their ancestor lines)."""
+        variants: tuple[Variant, ...] = ("union", "ours", "theirs", "fail")
         for variant in variants:
             todo = [p for p in self.pending if p[1].variant == variant]
             if not todo:
                 continue
             texts = [how.texts for _, how, *_ in todo]
-            for (out, how, anc, o, t, at), data in zip(
-                    todo, histogram_merge(texts, variant), strict=True):
-                if how.mode_clean:
-                    self.take(out, (self.trace.write_blob(data), how.mode))
-                else:
-                    self.conflict(out, "mode", anc, o, t, at)
+            results = histogram_merge(texts, variant)
+            clashes = [i for i, (_, conflicted) in enumerate(results) if conflicted]
+            marked = dict(zip(clashes, histogram_merge([texts[i] for i in clashes], variant,
+                                                       diff3=True), strict=True))
+            marker = marker_size([texts[i] for i in clashes])
+            for i, ((out, how, anc, o, t, at), (data, conflicted)) in enumerate(
+                    zip(todo, results, strict=True)):
+                data = marked[i][0] if conflicted else data
+                self.merged_text(out, how, anc, o, t, at, data, conflicted, marker)
 
     def renames(self) -> None:
         """A file one side renamed and the other edited in place: the edit
         follows the file to its new name, as in git (whose rename detection
-        this uses). Renamed on one side and deleted on the other: a conflict
-        at the new name; renamed to two different names: a conflict at all
-        three (or, with a favor, the favored names)."""
+        this uses). Under every strategy (a favor settles only contents):
+        renamed on one side and deleted on the other, a conflict at the new
+        name; renamed to two different names, a conflict at all three; renamed
+        by both to one name, merged there. A rename onto a path the other side
+        added is git's rename/add (`collision`)."""
         d_ours, d_theirs = self.d_ours, self.d_theirs
         ours_moves = _renames(self.trace, self.base_tree, self.ours_tree, d_ours, d_theirs)
         theirs_moves = _renames(self.trace, self.base_tree, self.theirs_tree, d_theirs, d_ours)
@@ -268,35 +285,86 @@ class _ThreeWay:
             o, t = d_ours[new], d_theirs[old]
             assert o is not None
             self.done.add(old)  # stays deleted: ours moved it
-            if t is not None:
+            if new in d_theirs:
+                self.done.add(new)
+                self.collision(old, new, "ours")
+            elif t is not None:
                 self.content(new, _side(self.base_t, old), o, t, (new, old))
-            elif self.strategy == "fail":
+            else:  # git's rename/delete
                 self.conflict(new, "modify/delete", _side(self.base_t, old), o, None, (new, old))
-            elif self.strategy == "theirs":
-                self.changes[new] = None
         for old, new in theirs_moves.items():
             o, t = d_ours[old], d_theirs[new]
             assert t is not None
             self.done.update((old, new))
-            if o is not None:
+            if new in d_ours:
+                self.collision(old, new, "theirs")
+            elif o is not None:
                 self.content(new, _side(self.base_t, old), o, t, (old, new))
                 self.changes[old] = None
-            elif self.strategy == "fail":
+            else:  # git's rename/delete
                 self.conflict(new, "modify/delete", _side(self.base_t, old), None, t, (old, new))
-            elif self.strategy in ("theirs", "union"):
-                self.changes[new] = t
 
     def renamed_twice(self, old: str, new_o: str, new_t: str) -> None:
+        """One file renamed by both sides: to one name, merged there over the
+        old file (git's rename/rename(1to1)); to two names, git's rename/rename,
+        a conflict at all three paths."""
         o, t = self.d_ours[new_o], self.d_theirs[new_t]
         self.done.update((old, new_t))
-        if self.strategy == "fail":
-            anc = _side(self.base_t, old)
-            for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
-                self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
-        elif self.strategy == "theirs":
-            self.changes[new_o], self.changes[new_t] = None, t
-        elif self.strategy == "union":
-            self.changes[new_t] = t
+        anc = _side(self.base_t, old)
+        if new_o == new_t:
+            assert o is not None and t is not None
+            if o != t:
+                self.content(new_o, anc, o, t, (new_o, new_t))
+            return
+        for path, oo, tt in ((old, None, None), (new_o, o, None), (new_t, None, t)):
+            self.conflict(path, "rename/rename", anc, oo, tt, (new_o, new_t))
+
+    def collision(self, old: str, new: str, renamer: str) -> None:
+        """`renamer` moved `old` to `new`, where the other side added a file:
+        git's rename/add. Deleted on the other side: a conflict at `new`
+        (git's rename/delete). Edited there: the rename's own merge first
+        (the old file's two versions over the ancestor, with the strategy),
+        then that result and the added file merged two ways at `new`; a first
+        merge that conflicts leaves `new` conflicting. Where both sides wrote
+        the same entry at `new`, git has matched the two before it looks at
+        renames and keeps what stands at ours' stage: the rename's merge when
+        ours renamed, ours' file when theirs did."""
+        anc = _side(self.base_t, old)
+        moved, added = (self.d_ours, self.d_theirs) if renamer == "ours" else \
+            (self.d_theirs, self.d_ours)
+        kept, there, mine = added[old], added[new], moved[new]
+        assert mine is not None and there is not None
+        o, t = (mine, there) if renamer == "ours" else (there, mine)
+        if kept is None:
+            self.conflict(new, "modify/delete", anc, o if renamer == "ours" else None,
+                          t if renamer == "theirs" else None, (new, new))
+            return
+        if renamer == "theirs":
+            self.changes[old] = None
+            if mine == there:  # git matched the two sides at `new` first: ours stays
+                return
+        first = self.merged_now(new, anc, *((mine, kept) if renamer == "ours" else (kept, mine)))
+        if first is None:
+            self.conflict(new, "add/add", anc, o, t, (new, new))
+        elif mine == there:  # matched first: the rename's merge is taken whole
+            self.take(new, first)
+        elif renamer == "ours":
+            self.content(new, None, first, there, (new, new))
+        else:
+            self.content(new, None, there, first, (new, new))
+
+    def merged_now(self, path: str, anc: Side | None, o: Side, t: Side) -> Side | None:
+        """The clean merge of one file, done at once (None: a conflict)."""
+        driver = merge_driver(self.trace.repo, self.ours_commit, self.ours_t, path)
+        settled = settle(anc, o, t, self.strategy, driver, self.trace.blob)
+        if isinstance(settled, str):
+            return None
+        if isinstance(settled, tuple):
+            return settled
+        [(data, conflicted)] = histogram_merge([settled.texts], settled.variant)
+        if conflicted or not settled.mode_clean:
+            return None
+        return self.trace.write_blob(data), settled.mode
 
     def paths(self) -> None:
         """Every other path their side changed."""
@@ -315,12 +383,8 @@ class _ThreeWay:
                 continue
             if o is not None and t is not None:
                 self.content(path, _side(self.base_t, path), o, t, (path, path))
-            elif self.strategy == "fail":
+            else:  # a favor settles only file contents: git's -X leaves this
                 self.conflict(path, "modify/delete", _side(self.base_t, path), o, t)
-            else:
-                pick = {"ours": o, "theirs": t, "union": o if o is not None else t}[self.strategy]
-                if pick != o:
-                    self.changes[path] = pick
 
     def resolve(self, resolver: Resolver) -> None:
         """Each conflict through `resolver`; those it cannot settle remain."""
@@ -362,31 +426,37 @@ def _renames(
     d_other: dict[str, tuple[str, int] | None],
 ) -> dict[str, str]:
     """Files `side` renamed (old path -> new path) that the other side changed
-    (edited or deleted) at the old path and did not touch at the new one. Looked
-    for only when there is such a file, so a merge without one pays nothing;
-    found with libgit2's rename detection (git's default: 50 % similar).
+    (edited or deleted) at the old path. Looked for only when there is such a
+    file, so a merge without one pays nothing; found with libgit2's rename
+    detection (git's default: 50 % similar). Empty files are never renamed
+    (git's merge sets `rename_empty` off).
 
     Renames pair files deleted with files added, nothing else, so the
     detection runs on two small trees holding just those (cost follows the
     change, not the ~20 ms of a whole-tree diff at 16k files)."""
     candidates = {p for p, v in d_side.items() if v is None and p in d_other}
-    if not candidates or not any(v is not None and p not in d_other for p, v in d_side.items()):
+    if not candidates or not any(v is not None for v in d_side.values()):
         return {}
     base = trace.tree(base_tree)
     gone: dict[str, tuple[str, int] | None] = {}
     for p, v in d_side.items():
-        if v is None and (was := _side(base, p)) is not None:
+        if v is None and (was := _side(base, p)) is not None and was[0] != _EMPTY:
             gone[p] = was
-    added = {p: v for p, v in d_side.items() if v is not None and _side(base, p) is None}
+    added = {p: v for p, v in d_side.items()
+             if v is not None and v[0] != _EMPTY and _side(base, p) is None}
     old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
     diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
     diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
     out: dict[str, str] = {}
     for delta in diff.deltas:
         old, new = delta.old_file.path, delta.new_file.path
-        if delta.status_char() == "R" and old in candidates and new not in d_other:
+        if delta.status_char() == "R" and old in candidates:
             out[old] = new
     return out
+
+
+_EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+"""The empty blob's id."""
 
 
 def _blocked_by_file_or_dir(ours: pygit2.Tree, path: str) -> bool:

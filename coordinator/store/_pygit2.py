@@ -95,11 +95,14 @@ def merge_file(
     theirs: tuple[str, int],
     favor: Favor,
     diff3: bool,
+    marker_size: int = 0,
 ) -> FileMerge:
     """libgit2's three-way merge of the blobs (id, mode) of one path: with `favor`,
-    and diff3-style conflict markers (the ancestor's lines too) when `diff3`."""
+    and diff3-style conflict markers (the ancestor's lines too) when `diff3`;
+    markers `marker_size` long (0: git's 7)."""
     opts = ffi.new("git_merge_file_options *")
-    opts.version = 1  # zero-filled by cffi: default labels and marker size
+    opts.version = 1  # zero-filled by cffi: default labels
+    opts.marker_size = marker_size
     opts.favor = _FAVOR[favor]
     opts.flags = C.GIT_MERGE_FILE_STYLE_DIFF3 if diff3 else C.GIT_MERGE_FILE_STYLE_MERGE
     keep = []

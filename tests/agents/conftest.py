@@ -10,11 +10,19 @@ import pytest
 import pytest_asyncio
 
 from agents.model_server import ScriptedModelServer
+from tests.agents._rollouts_run import Grown, grown
 
 
 @pytest.fixture(autouse=True)
 def _no_keys(no_keys: None) -> None:
     """Tests never pick up a real key (or a real endpoint) from the environment."""
+
+
+@pytest.fixture(scope="session")
+def rollout_tree(tmp_path_factory: pytest.TempPathFactory) -> Grown:
+    """The recorded two-agent run and the tree grown from it (tests/agents/_rollouts_run),
+    built once: the rollout tests only read it."""
+    return grown(tmp_path_factory.mktemp("rollouts"))
 
 
 @pytest_asyncio.fixture

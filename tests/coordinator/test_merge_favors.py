@@ -1,15 +1,17 @@
 """Laws: merges with a favor give git's trees.
 
-On generated three-way cases, the tree of Corral's merge with strategy
-"union", "ours" or "theirs" equals the tree `git merge` makes (git's default
-strategy, ort, diffing with histogram) with a `* merge=union` attribute, or
-with `-X ours` / `-X theirs`. Only the cases git merges without a conflict are
-compared (with these options a content conflict cannot remain; a structural
-one, such as modify/delete, can, and Corral settles it its own way).
+On generated three-way cases of text edits, the tree of Corral's merge with
+strategy "union", "ours" or "theirs" equals the tree `git merge` makes (git's
+default strategy, ort, diffing with histogram) with a `* merge=union`
+attribute, or with `-X ours` / `-X theirs`. Here only edits are generated, so
+git merges every case; `test_merge_laws.py` runs every strategy on cases with
+deletions, renames and binary files too, where git can leave a conflict under
+`-X` (modify/delete and the like) and Corral must leave the same.
 
 A fixture of real-shaped cases that differed before (diff3 style kept the
 shared lines at a conflict's edges in a union; Myers placed hunks where
-histogram does not) is checked against git the same way.
+histogram does not) is checked against git the same way. The helpers
+(`merged`, `assert_as_git`) are the reference the other merge laws use.
 """
 
 from __future__ import annotations
@@ -249,8 +251,8 @@ def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
             for line in (b"A\n", b"B\n"):
                 tree = _scratch.tree_bytes({"f": (git.blob(b"x\n" + line + b"same\n"), 0o100644)})
                 sides.append(git.commit(git.write(ObjectType.TREE, tree), [base]))
-            merged, clean = server.merge(*sides)
-            assert server._proc is None and clean
+            merged, conflicted = server.merge(*sides)
+            assert server._proc is None and not conflicted
             _, raw = git.read(merged)
             oid = raw.split(b"\0", 1)[1][:20].hex()
             assert git.read(oid)[1] == b"x\nA\nB\nsame\n"  # the issue's smallest case
@@ -258,13 +260,10 @@ def test_merge_tree_runs_one_process_per_merge_without_stdbuf(monkeypatch):
         server.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: strategy 'fail' merges text with "
-                   "libgit2's Myers diff, git's merge with histogram; here Myers finds two "
-                   "separate insertions and merges clean where git conflicts")
 def test_fail_verdict_where_myers_and_histogram_disagree():
-    """Found by the attribute law (hypothesis) in this stop: an `A` inserted above
-    three equal lines on one side and between the first two on the other. `git merge`
-    conflicts; `git merge-file` (Myers, like libgit2) merges clean; Corral's `fail`
-    merge gives libgit2's answer. Strict: it fails the suite once the merge is git's."""
+    """Found by the attribute law (hypothesis): an `A` inserted above three equal
+    lines on one side and between the first two on the other. `git merge`
+    (histogram) conflicts; `git merge-file` and libgit2 (Myers) merge clean, as
+    Corral's `fail` merge did while it merged text with libgit2."""
     assert_as_git("fail", {"g.txt": b"a\na\na\n"}, {"g.txt": b"A\na\na\na\n"},
                   {"g.txt": b"a\nA\na\na\n"})

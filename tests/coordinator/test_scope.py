@@ -316,3 +316,18 @@ async def test_exec_changes_land_whether_few_and_small_or_many_and_large(
                            ("many6.txt", b"6\n")]:
             assert (a.path / path).read_bytes() == data == coord.trace.read(a.head, path)
         assert not (a.path / "docs/guide.md").exists()
+
+
+async def test_a_fork_at_a_commit_a_rewind_left(tmp_path: Path, sample_repo: Path):
+    """A commit the scope rewound away from is still its history to fork at (a rollout
+    forks just before a supervisor's rewind); a commit of another scope is not."""
+    async with Coordinator.open(tmp_path / "s", sample_repo) as coord:
+        a, other = await coord.root.fork("a"), await coord.root.fork("other")
+        await a.write("x.txt", b"1\n")
+        left = a.head
+        await a.rewind(steps=1)
+        child = await a.fork("child", at=left)
+        assert child.head != left and await child.read("x.txt") == b"1\n"
+        await other.write("y.txt", b"2\n")
+        with pytest.raises(RewindError, match="not in the history"):
+            await a.fork("bad", at=other.head)

@@ -1,0 +1,316 @@
+"""A rollout tree as training data: one record per leaf, in a trainer's field names.
+
+A leaf member's *trajectory* is its model calls on its branch, oldest first: those before
+the fork (served from the trace, `is_replayed_prefix`) and those its sibling made. Each
+call's tokens are the ones the server returned (`Tokens`); nothing is re-tokenised. The
+flat formats (verl, SkyRL) need the turns to be one sequence: each prompt starts with the
+previous prompt and completion, and the tokens in between are the observation (tool
+results, messages) the next prompt added. Then
+
+- `prompt_ids` are the first prompt's ids; `response_ids` every completion and every
+  observation after it, in order;
+- the loss mask (verl's `response_mask`, SkyRL's `loss_masks`) is 1 on completion
+  tokens (the model's) and 0 on observation tokens (tools', teammates');
+- `response_logprobs` / `rollout_logprobs` are the server's logprobs on completion
+  tokens and 0.0 on observation tokens (None when a call had none);
+- `is_replayed_prefix` is 1 on tokens generated or shown before the fork (the prefix the
+  siblings share) and 0 after it.
+
+A trajectory without tokens, or whose turns do not line up (a server whose chat template
+renders a turn differently when it is sent back), is left out of the flat formats and
+counted (`Export.skipped`); rLLM's format keeps each call as a `Step` of its own, so it
+needs no sequence. The reward is the leaf's grade; the advantage is the reward less the
+mean reward of the leaf's sibling group (its fork node's graded leaves), so it sums to
+zero over each group (Tree-GRPO's intra-tree advantage). The field lists of each format
+are in docs/rollouts.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from coordinator import ModelCall, ModelOutcome
+from coordinator.store import TraceReader
+
+from ..providers import ModelRequest, ModelResponse, Tokens, UserMessage
+from ._tree import LeafNode, MemberNode, TreeRecord, read_tree
+
+__all__ = ["FORMATS", "Export", "Format", "Trajectory", "Turn", "advantages", "export_tree",
+           "flatten", "records", "skyrl_batch", "trajectories"]
+
+Format = Literal["verl", "skyrl", "rllm"]
+FORMATS: tuple[Format, ...] = ("verl", "skyrl", "rllm")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One model call of a trajectory."""
+
+    step: int
+    replayed: bool
+    """Made before the fork: served from the trace, shared by the siblings."""
+    tokens: Tokens | None
+    request: ModelRequest
+    response: ModelResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """One member's calls in one leaf."""
+
+    tree: str
+    leaf: LeafNode
+    member: MemberNode
+    branch_step: int
+    turns: tuple[Turn, ...]
+    advantage: float | None
+
+    @property
+    def reward(self) -> float | None:
+        return self.leaf.reward
+
+
+def _calls(trace: TraceReader, head: str, names: set[str], prefix_head: str) -> list[Turn]:
+    line = trace.log(head)
+    cut = next((i for i, e in enumerate(line) if e.commit == prefix_head), -1)
+    turns: list[Turn] = []
+    for index, entry in enumerate(line):
+        eff = entry.effect
+        if (eff is None or eff.scope not in names or eff.status != "materialized"
+                or not isinstance(eff.intent, ModelCall)
+                or not isinstance(eff.outcome, ModelOutcome)):
+            continue
+        tokens = (Tokens.model_validate_json(trace.blob(eff.outcome.tokens))
+                  if eff.outcome.tokens else None)
+        turns.append(Turn(
+            len(turns) + 1, index <= cut, tokens,
+            ModelRequest.model_validate_json(trace.blob(eff.intent.request)),
+            ModelResponse.model_validate_json(trace.blob(eff.outcome.response))))
+    return turns
+
+
+def advantages(record: TreeRecord) -> dict[str, float]:
+    """Each graded leaf's reward less its sibling group's mean reward, by leaf id."""
+    out: dict[str, float] = {}
+    for fork in record.forks:
+        group = [(leaf.id, leaf.reward) for leaf in record.leaves if leaf.parent == fork.id]
+        graded = [(i, r) for i, r in group if r is not None]
+        if graded:
+            mean = sum(r for _, r in graded) / len(graded)
+            out.update((i, r - mean) for i, r in graded)
+    return out
+
+
+def trajectories(trace: TraceReader, record: TreeRecord) -> Iterator[Trajectory]:
+    """Every leaf member's trajectory, leaf by leaf (blocking)."""
+    adv = advantages(record)
+    for leaf in record.leaves:
+        fork = record.fork(leaf.parent)
+        for m in leaf.members:
+            node = next(n for n in fork.members if n.member == m.member)
+            turns = _calls(trace, m.head, {m.member, node.scope, m.scope}, node.head)
+            if not turns:
+                continue
+            step = fork.branch_step if m.member == fork.member else node.steps
+            yield Trajectory(record.id, leaf, m, step, tuple(turns), adv.get(leaf.id))
+
+
+@dataclass
+class _Flat:
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)
+
+    def add(self, ids: Sequence[int], mask: int, replayed: bool,
+            logprobs: Sequence[float] | None) -> None:
+        self.response_ids.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.replayed.extend([int(replayed)] * len(ids))
+        if self.logprobs is not None:
+            if logprobs is None:
+                self.logprobs = None
+            else:
+                self.logprobs.extend(logprobs)
+
+
+def flatten(turns: Sequence[Turn]) -> _Flat | None:
+    """The turns as one sequence (see the module), None when they have no tokens or do
+    not line up."""
+    toks = [t.tokens for t in turns]
+    if any(t is None or t.prompt_ids is None or t.completion_ids is None for t in toks):
+        return None
+    first = toks[0]
+    assert first is not None and first.prompt_ids is not None
+    flat = _Flat(list(first.prompt_ids))
+    for i, (turn, tok) in enumerate(zip(turns, toks, strict=True)):
+        assert tok is not None and tok.prompt_ids is not None and tok.completion_ids is not None
+        if tok.logprobs is not None and len(tok.logprobs) != len(tok.completion_ids):
+            return None
+        flat.add(tok.completion_ids, 1, turn.replayed, tok.logprobs)
+        if i + 1 < len(turns):
+            nxt = toks[i + 1]
+            assert nxt is not None and nxt.prompt_ids is not None
+            seen = len(flat.prompt_ids) + len(flat.response_ids)
+            if list(nxt.prompt_ids[:seen]) != flat.prompt_ids + flat.response_ids:
+                return None
+            observed = nxt.prompt_ids[seen:]
+            flat.add(observed, 0, turns[i + 1].replayed, [0.0] * len(observed))
+    return flat
+
+
+def _common(t: Trajectory) -> dict[str, Any]:
+    return {"tree_id": t.tree, "node_id": t.leaf.id, "parent_node_id": t.leaf.parent,
+            "branch_step": t.branch_step, "agent": t.member.member, "scope": t.member.scope,
+            "sibling": t.leaf.sibling, "seed": t.leaf.sampling.seed,
+            "temperature": t.leaf.sampling.temperature, "advantage": t.advantage}
+
+
+def _num_turns(t: Trajectory) -> int:
+    """Chat turns, as verl counts them: user, assistant and tool messages."""
+    return len(t.turns[-1].request.messages) + 1
+
+
+def verl_record(t: Trajectory, flat: _Flat) -> dict[str, Any]:
+    """verl's `AgentLoopOutput` fields (and the tree's)."""
+    return {"prompt_ids": flat.prompt_ids, "response_ids": flat.response_ids,
+            "response_mask": flat.mask, "response_logprobs": flat.logprobs,
+            "reward_score": t.reward, "num_turns": _num_turns(t),
+            "metrics": {"generate_sequences": 0.0, "tool_calls": 0.0},
+            "extra_fields": {}, "is_replayed_prefix": flat.replayed, **_common(t)}
+
+
+def skyrl_record(t: Trajectory, flat: _Flat) -> dict[str, Any]:
+    """One row of SkyRL's `GeneratorOutput` (its lists, one entry each; and the tree's)."""
+    return {"prompt_token_ids": flat.prompt_ids, "response_ids": flat.response_ids,
+            "rewards": t.reward, "loss_masks": flat.mask, "rollout_logprobs": flat.logprobs,
+            "stop_reasons": t.member.status or "unknown",
+            "trajectory_ids": {"instance_id": f"{t.tree}.{t.leaf.parent}.{t.member.member}",
+                               "repetition_id": t.leaf.sibling},
+            "is_replayed_prefix": flat.replayed, **_common(t)}
+
+
+def _step(t: Trajectory, turn: Turn, last: bool) -> dict[str, Any]:
+    tok = turn.tokens
+    text = turn.response.text
+    calls = [c.model_dump(mode="json") for c in turn.response.tool_calls]
+    return {"prompt_ids": list(tok.prompt_ids or ()) if tok else [],
+            "response_ids": list(tok.completion_ids or ()) if tok else [],
+            "logprobs": list(tok.logprobs or ()) if tok else [],
+            "chat_completions": [], "observation": None, "thought": "", "action": calls,
+            "model_response": text, "model_output": None,
+            "info": {"step": turn.step, "is_replayed_prefix": turn.replayed,
+                     "has_tokens": tok is not None},
+            "reward": t.reward if last and t.reward is not None else 0.0, "done": last,
+            "mc_return": t.reward if t.reward is not None else 0.0,
+            "advantage": t.advantage, "weight_version": None}
+
+
+SKYRL_BATCH = ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons",
+               "rollout_logprobs", "trajectory_ids")
+"""The `GeneratorOutput` keys `skyrl_batch` fills; the rest are optional and None."""
+
+
+def skyrl_batch(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """SkyRL rows as one `GeneratorOutput` (a dict of lists, one entry per row), with
+    `rollout_metrics` None; `rollout_logprobs` is None unless every row has them."""
+    batch: dict[str, Any] = {key: [row[key] for row in rows] for key in SKYRL_BATCH}
+    if any(lp is None for lp in batch["rollout_logprobs"]):
+        batch["rollout_logprobs"] = None
+    batch["rollout_metrics"] = None
+    return batch
+
+
+def _task(t: Trajectory) -> str:
+    return next((m.text for m in t.turns[0].request.messages if isinstance(m, UserMessage)), "")
+
+
+def rllm_episode(leaf: LeafNode, trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """rLLM's `Episode` (`Trajectory`s of `Step`s) as its `to_dict` gives it."""
+    first = trajs[0]
+    return {
+        "id": f"{first.tree}.{leaf.parent}:{leaf.sibling}", "task": _task(first),
+        "termination_reason": None, "is_correct": leaf.reward == 1.0,
+        "trajectories": [{
+            "uid": f"{t.tree}.{leaf.id}.{t.member.member}", "name": t.member.member,
+            "task": _task(t), "reward": t.reward,
+            "steps": [_step(t, turn, i == len(t.turns) - 1) for i, turn in enumerate(t.turns)],
+            "info": {"branch_step": t.branch_step, "scope": t.member.scope}}
+            for t in trajs],
+        "metrics": {"tokens": leaf.tokens, "cost": leaf.cost},
+        "info": {k: v for k, v in _common(first).items()
+                 if k not in ("agent", "scope", "branch_step")},
+        "tree_id": first.tree, "node_id": leaf.id, "parent_node_id": leaf.parent,
+        "reward": leaf.reward, "advantage": first.advantage}
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    path: Path
+    format: Format
+    records: int
+    skipped: int
+    """Trajectories left out: no token ids, or turns that do not line up."""
+
+
+def records(trace: TraceReader, record: TreeRecord, fmt: Format
+            ) -> tuple[list[dict[str, Any]], int]:
+    """The records of `fmt` for every leaf, and how many trajectories were left out."""
+    out: list[dict[str, Any]] = []
+    skipped = 0
+    by_leaf: dict[str, list[Trajectory]] = {}
+    for t in trajectories(trace, record):
+        if fmt == "rllm":
+            by_leaf.setdefault(t.leaf.id, []).append(t)
+            continue
+        flat = flatten(t.turns)
+        if flat is None:
+            skipped += 1
+            continue
+        out.append(verl_record(t, flat) if fmt == "verl" else skyrl_record(t, flat))
+    for leaf in record.leaves:
+        if leaf.id in by_leaf:
+            out.append(rllm_episode(leaf, by_leaf[leaf.id]))
+    return out, skipped
+
+
+FREE_FORM = frozenset({"extra_fields", "info", "action", "task", "model_output",
+                       "chat_completions", "observation"})
+"""Fields whose shape varies from record to record: JSON strings in Parquet."""
+
+
+def _columnar(value: Any, key: str = "") -> Any:
+    if key in FREE_FORM:
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, dict):
+        return {k: _columnar(v, k) for k, v in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return [_columnar(v) for v in value]
+    return value
+
+
+def export_tree(trace: TraceReader, tree_id: str, fmt: Format, path: str | Path) -> Export:
+    """Write tree `tree_id` as `fmt` records to `path`: JSON lines, or Parquet when the
+    name ends in `.parquet` (needs pyarrow; the `FREE_FORM` fields, whose shape varies
+    from record to record, are JSON strings there). Raises LookupError for an unknown tree,
+    ValueError for an unknown format, ImportError for Parquet without pyarrow."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+    record = read_tree(trace, tree_id)
+    rows, skipped = records(trace, record, fmt)
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist([_columnar(r) for r in rows]), path)
+    else:
+        with path.open("w") as out:
+            for row in rows:
+                out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    return Export(path, fmt, len(rows), skipped)

@@ -1,0 +1,247 @@
+"""`corral rollouts`: grow a rollout tree from a run, list and show trees, export them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from coordinator import CorralError
+from coordinator.cli_shared import JsonFlag, console, emit_json, err, fail
+
+__all__ = ["app"]
+
+app = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False,
+                  help="Rollout trees: fork a finished run into sibling continuations, "
+                  "grade them, export them for RL trainers.")
+
+StateOpt = Annotated[Path, typer.Option("--state", "-s", help="The state directory.")]
+TreeArg = Annotated[str, typer.Argument(help="The tree's id (corral rollouts list).")]
+
+
+@app.command("grow")
+def grow_cmd(
+    state: StateOpt,
+    scope: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--scope", help="A member of the team; repeat (default: the run's agents).")] = None,
+    interventions: Annotated[bool, typer.Option(
+        "--interventions", help="Fork at every supervisor intervention (a blocked intent: "
+        "before the model call that asked it; a supervisor decision: before it).")] = False,
+    every: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Fork before every K-th model call of each member.", metavar="K")] = None,
+    at: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--at", help="Fork before this effect (e.g. agent-2#7); repeat.")] = None,
+    select: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="module:function(member, effects) -> the effects to fork before.")] = None,
+    k: Annotated[int, typer.Option("-k", help="Siblings per fork point.")] = 4,
+    seed: Annotated[int, typer.Option(help="The first sibling's seed (then +1 each).")] = 0,
+    temperature: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="The siblings' temperature (default: the run's).")] = None,
+    test: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Shell command grading a leaf (exit 0: reward 1), run in its merged scope.")
+    ] = None,
+    base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The model server (default: the run's).")] = None,
+    tokens: Annotated[bool, typer.Option(
+        "--tokens/--no-tokens", help="Ask the server for token ids and logprobs.")] = True,
+    max_tokens: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Live tokens of the whole tree at most.")] = None,
+    max_cost: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="USD of the whole tree at most (see --prices).")] = None,
+    prices: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="JSON prices over the built-in list prices (as corral run's).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Model calls per member at most, the prefix included (default: the run's).")
+    ] = None,
+    parallel: Annotated[int, typer.Option(help="Siblings run at once.")] = 4,
+    tree: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The tree's id (default: a fresh rt-XXXXXX).")] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Fork the run in STATE at the chosen points, K siblings each (the whole team through
+    a consistent cut), continue and grade them; the tree is kept in the trace."""
+    from agents.providers import ModelError
+    from agents.rollouts._state import grow_in_state
+
+    try:
+        record = asyncio.run(grow_in_state(
+            state, team=scope or (), interventions=interventions, every=every,
+            effects=at or (), select=select, k=k, seed=seed, temperature=temperature,
+            test=test, base_url=base_url, tokens=tokens, max_tokens=max_tokens,
+            max_cost=max_cost, prices=prices, max_steps=max_steps, parallel=parallel,
+            tree_id=tree))
+    except (CorralError, ModelError, ValueError, LookupError) as e:
+        fail(str(e))
+    out = err if json_flag else console
+    _print_tree(out, record)
+    emit_json(record.model_dump(mode="json"), json_flag, None)
+
+
+def _print_tree(out: object, record: object) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.rollouts import TreeRecord
+
+    assert isinstance(out, Console) and isinstance(record, TreeRecord)
+    table = Table(title=f"tree {record.id}")
+    for column in ("node", "parent", "step / seed", "members", "reward", "tokens"):
+        table.add_column(column)
+    for f in record.forks:
+        table.add_row(f.id, f.parent, f"{f.member} step {f.branch_step}", ", ".join(
+            f"{m.member}@{m.head[:8]}" for m in f.members), "", f.reason)
+    for leaf in record.leaves:
+        reward = "" if leaf.reward is None else f"{leaf.reward:g}"
+        table.add_row(leaf.id, leaf.parent, str(leaf.sampling.seed), ", ".join(
+            f"{m.member}:{m.status}" for m in leaf.members), reward, str(leaf.tokens))
+    out.print(table)
+    if record.stopped:
+        out.print(f"stopped: {record.stopped}")
+
+
+@app.command("ablate")
+def ablate_cmd(
+    state: StateOpt,
+    test: Annotated[str, typer.Option(
+        help="Shell command grading a leaf (exit 0: pass), run in its merged scope.")],
+    scope: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--scope", help="A member of the team; repeat (default: the run's agents).")] = None,
+    base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The model server (default: the run's).")] = None,
+    tokens: Annotated[bool, typer.Option(
+        "--tokens/--no-tokens", help="Ask the server for token ids and logprobs.")] = True,
+    max_tokens: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Live tokens of the whole ablation at most.")] = None,
+    max_cost: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        help="USD of the whole ablation at most (see --prices).")] = None,
+    prices: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="JSON prices over the built-in list prices (as corral run's).")] = None,
+    max_steps: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Model calls per member at most, the prefix included (default: the run's).")
+    ] = None,
+    parallel: Annotated[int, typer.Option(help="Leaves run at once.")] = 4,
+    tree: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The tree's id (default: a fresh rt-XXXXXX).")] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """At each supervisor decision of the run in STATE (a block, inject, handoff, rewind),
+    fork the team just before it and continue once with it and once without; grade both
+    with --test and report how often the decision changed the outcome."""
+    from agents.providers import ModelError
+    from agents.rollouts._ablate import ablate_in_state
+
+    try:
+        report = asyncio.run(ablate_in_state(
+            state, test=test, team=scope or (), base_url=base_url, tokens=tokens,
+            max_tokens=max_tokens, max_cost=max_cost, prices=prices, max_steps=max_steps,
+            parallel=parallel, tree_id=tree))
+    except (CorralError, ModelError, ValueError, LookupError) as e:
+        fail(str(e))
+    _print_ablation(err if json_flag else console, report)
+    emit_json(report.model_dump(mode="json"), json_flag, None)
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else "pass" if value == 1.0 else "fail"
+
+
+def _print_ablation(out: object, report: object) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.rollouts import Ablation
+
+    assert isinstance(out, Console) and isinstance(report, Ablation)
+    table = Table(title=f"ablation {report.tree}: each decision with and without")
+    for column in ("fork", "decision", "kind", "with", "without", "effect", "tokens w/wo"):
+        table.add_column(column)
+    for p in report.pairs:
+        without = _reward(p.without_reward) + (
+            f" (conflict: {', '.join(p.without_conflicts)})" if p.without_conflicts else "")
+        table.add_row(p.fork, p.decision, p.kind, _reward(p.with_reward), without, p.effect,
+                      f"{p.with_tokens} / {p.without_tokens}")
+    out.print(table)
+    kinds = Table(title="per kind")
+    for column in ("kind", "decisions", "graded", "changed", "helped", "hurt",
+                   "tokens with", "tokens without"):
+        kinds.add_column(column)
+    for k in report.kinds:
+        kinds.add_row(k.kind, *(str(v) for v in (k.decisions, k.graded, k.changed, k.helped,
+                                                 k.hurt, k.with_tokens, k.without_tokens)))
+    out.print(kinds)
+    out.print(f"helped {report.helped}, hurt {report.hurt}: exact McNemar p = "
+              f"{report.p_value:.3g}")
+    for why in report.skipped:
+        out.print(f"skipped: {why}")
+
+
+@app.command("list")
+def list_cmd(state: StateOpt) -> None:
+    """The trees recorded in STATE."""
+    from agents.rollouts import read_tree, tree_names
+    from coordinator import Trace
+    from coordinator.store import open_trace
+
+    trace = open_trace(state)
+    try:
+        assert isinstance(trace, Trace)
+        for name in tree_names(trace):
+            t = read_tree(trace, name)
+            graded = [leaf.reward for leaf in t.leaves if leaf.reward is not None]
+            mean = f"{sum(graded) / len(graded):.2f}" if graded else "-"
+            sys.stdout.write(f"{name}\t{len(t.forks)} forks\t{len(t.leaves)} leaves\t"
+                             f"mean reward {mean}\t{t.tokens} tokens\n")
+    finally:
+        trace.close()
+
+
+@app.command("show")
+def show_cmd(tree: TreeArg, state: StateOpt, json_flag: JsonFlag = False) -> None:
+    """One tree: its fork nodes and leaves (JSON: its whole record); an ablation's tree
+    with its report."""
+    from agents.rollouts import read_tree
+    from coordinator.store import open_trace
+
+    trace = open_trace(state)
+    try:
+        record = read_tree(trace, tree)
+    except LookupError as e:
+        fail(str(e))
+    finally:
+        trace.close()
+    if json_flag:
+        sys.stdout.write(json.dumps(record.model_dump(mode="json"), indent=2) + "\n")
+    else:
+        _print_tree(console, record)
+        if any(leaf.variant is not None for leaf in record.leaves):
+            from agents.rollouts import ablation
+
+            _print_ablation(console, ablation(record))
+
+
+@app.command("export")
+def export_cmd(
+    tree: TreeArg,
+    state: StateOpt,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="verl, skyrl or rllm.")] = "verl",
+    out: Annotated[Path, typer.Option("--out", "-o", help="FILE.jsonl, or FILE.parquet "
+                                      "(needs pyarrow).")] = Path("rollouts.jsonl"),
+) -> None:
+    """Write a tree's leaves as training records: one per leaf member (verl's
+    AgentLoopOutput, SkyRL's GeneratorOutput rows) or per leaf (rLLM's Episode)."""
+    from agents.rollouts import export_tree
+    from coordinator.store import open_trace
+
+    trace = open_trace(state)
+    try:
+        done = export_tree(trace, tree, fmt, out)  # type: ignore[arg-type]
+    except (LookupError, ValueError, ImportError) as e:
+        fail(str(e))
+    finally:
+        trace.close()
+    skipped = f" ({done.skipped} trajectories without tokens left out)" if done.skipped else ""
+    err.print(f"wrote {done.records} {fmt} records to {done.path}{skipped}")

@@ -1,0 +1,267 @@
+"""The ablation of a supervised run's decisions, end to end: a recorded two-agent run whose
+conflicting write the conflict guard blocks, forked before the block and continued with
+it (blocked again: agent-2 writes sub.py, the team passes) and without it (the write goes
+through: the team's merge conflicts on calc.py), through the real `openai` SDK against the
+scripted model server, graded by real test runs; and the paired test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agents import CodingAgent, ModelCaller
+from agents._transcript import step_commit
+from agents.model_server import Reply
+from agents.providers import (
+    AssistantMessage,
+    ModelRequest,
+    ScriptedCall,
+    ScriptedProvider,
+    UserMessage,
+)
+from agents.providers import Reply as ProviderReply
+from agents.rollouts import ablate, ablation, mcnemar_exact, read_tree
+from agents.run import run_tasks
+from coordinator import Coordinator, ModelCall, control
+from coordinator.cli import app
+from tests.agents._helpers import by_step, call
+from tests.conftest import make_repo
+
+CALC = "def add(a, b):\n    return a + b\n"
+CHECK = "from calc import mul\nfrom sub import sub\nassert mul(2, 3) == 6 and sub(5, 3) == 2\n"
+TEST = "python3 check.py"
+MUL = dict(path="calc.py", old="    return a + b\n",
+           new="    return a + b\n\n\ndef mul(a, b):\n    return a * b\n")
+SUB = dict(path="calc.py", old="    return a + b\n",
+           new="    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+TOLD = "calc.py is mine"
+
+
+def agent_2(payload: dict[str, Any]) -> Reply:
+    """Waits for agent-1's message, then puts `sub` into calc.py; when that is blocked it
+    puts it into sub.py instead."""
+    messages = payload["messages"]
+    if not any(TOLD in str(m.get("content")) for m in messages):
+        return call("run", command="sleep 0.05")
+    tools = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    asked = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]
+    if any("wrote sub.py" in t for t in tools) or ("edit" in asked and not any(
+            "BLOCKED" in t for t in tools)):
+        return call("finish", summary="done")
+    if any("BLOCKED" in t for t in tools):
+        return call("write_file", path="sub.py", content="def sub(a, b):\n    return a - b\n")
+    return call("edit", **SUB)
+
+
+def scripts() -> dict[str, Any]:
+    return {"a1": by_step([call("edit", **MUL), call("send_message", to="agent-2", text=TOLD),
+                           call("finish", summary="mul")]),
+            "a2": agent_2}
+
+
+async def record_run(tmp: Path, base_url: str) -> Path:
+    repo = make_repo(tmp / "repo", {"calc.py": CALC, "check.py": CHECK})
+    state = tmp / "state"
+    report = await run_tasks(repo, ["add mul", "add sub"], model=["openai/a1", "openai/a2"],
+                             base_url=base_url, state=state, tokens=True, max_steps=12)
+    assert [a.status for a in report.agents] == ["finished", "finished"]
+    return state
+
+
+@pytest.mark.slow  # a recorded run and two graded leaves: seconds
+def test_the_guard_s_block_is_worth_the_pass(tmp_path: Path, served: Any) -> None:
+    """The one decision is the conflict guard's block of agent-2's calc.py edit. With it
+    the team passes check.py; without it agent-2's edit goes through and the merge
+    conflicts on calc.py: the decision helped. The leaves are a tree in the trace."""
+    url = served(scripts())
+    state = asyncio.run(record_run(tmp_path, url))
+
+    async def run() -> Any:
+        async with Coordinator.open(state) as coord:
+            report = await ablate(coord, ["agent-1", "agent-2"], test=TEST, base_url=url,
+                                  max_steps=12, tree_id="rt-ab")
+            tree = read_tree(coord.trace, "rt-ab")
+            without = next(leaf for leaf in tree.leaves if leaf.variant == "without")
+            scope = without.members[1].scope
+            own = [e.effect for e in coord.trace.log(coord.scope(scope).head)
+                   if e.effect is not None and e.effect.scope == scope]
+            return report, tree, own, await coord.scope(scope).read("calc.py")
+
+    report, tree, own, calc = asyncio.run(run())
+    [pair] = report.pairs
+    assert pair.kind == "block:conflict-guard" and pair.member == "agent-2"
+    assert (pair.with_reward, pair.without_reward) == (1.0, 0.0)
+    assert pair.without_conflicts == ("calc.py",) and pair.effect == "helped"
+    assert pair.with_tokens > 0 and pair.without_tokens > 0
+    [kind] = report.kinds
+    assert (kind.decisions, kind.changed, kind.helped, kind.hurt) == (1, 1, 1, 0)
+    assert (report.helped, report.hurt, report.p_value) == (1, 0, 1.0)
+    assert [(leaf.id, leaf.variant) for leaf in tree.leaves] == [
+        ("f1s0", "with"), ("f1s1", "without")]
+    assert tree.forks[0].decision == pair.decision
+    assert ablation(tree) == report  # the report is the tree's
+    # without: no block in the leaf, its calc.py edit materialized after a live model call
+    assert not [e for e in own if e.status == "blocked"], own
+    assert any(isinstance(e.intent, ModelCall) for e in own)
+    assert b"def sub" in calc and b"def mul" not in calc
+
+    shown = CliRunner().invoke(app, ["rollouts", "ablate", "--state", str(state), "--test",
+                                     TEST, "--base-url", url, "--tree", "rt-cli", "--json"])
+    assert shown.exit_code == 0, shown.output
+    out = json.loads(shown.stdout)
+    assert out["tree"] == "rt-cli" and out["helped"] == 1 and out["hurt"] == 0
+    assert "helped" in shown.stderr and "McNemar" in shown.stderr
+    again = CliRunner().invoke(app, ["rollouts", "show", "rt-ab", "--state", str(state)])
+    assert again.exit_code == 0 and "McNemar p = 1" in again.stdout
+
+
+def test_a_run_without_decisions_has_nothing_to_ablate(tmp_path: Path, served: Any) -> None:
+    """agent-2 alone never meets the guard: ablate says there is no decision."""
+    url = served({"a1": by_step([call("edit", **MUL), call("finish", summary="mul")])})
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC, "check.py": CHECK})
+    state = tmp_path / "state"
+    asyncio.run(run_tasks(repo, ["add mul"], model=["openai/a1"], base_url=url, state=state,
+                          max_steps=4))
+    done = CliRunner().invoke(app, ["rollouts", "ablate", "--state", str(state), "--test",
+                                    TEST])
+    assert done.exit_code == 1 and "no supervisor decision" in done.output
+
+
+def test_the_exact_mcnemar_test() -> None:
+    """Two-sided binomial tail on the discordant pairs: 0 vs 0 is 1; 6 vs 0 is 2/64;
+    5 vs 1 is 2 * 7/64; 3 vs 3 is capped at 1."""
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(6, 0) == pytest.approx(2 / 64)
+    assert mcnemar_exact(1, 5) == mcnemar_exact(5, 1) == pytest.approx(14 / 64)
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(10, 0) < 0.002
+
+
+def _answers(request: ModelRequest) -> ProviderReply:
+    """Step 1 lists the files; then it writes 1 when the supervisor said so, else 0."""
+    said = any(isinstance(m, UserMessage) and NOTE in m.text for m in request.messages)
+    tools = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if tools == 0:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if tools == 1 or (said and tools == 2 and not _wrote(request)):
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": ("1" if said else "0") + "\n"})])
+    return ProviderReply("done")
+
+
+def _wrote(request: ModelRequest) -> bool:
+    return any("answer.txt" in str(m) for m in request.messages
+               if isinstance(m, AssistantMessage))
+
+
+NOTE = "the answer is 1"
+
+
+async def test_an_inject_is_carried_out_again_with_and_left_out_without(
+    tmp_path: Path,
+) -> None:
+    """The supervisor's inject comes after the agent's first step: forked just before it,
+    the "with" leaf gets the same note again and writes 1 (pass), the "without" leaf
+    continues without it and writes 0 (fail)."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        scope = await coord.root.fork("a")
+        await CodingAgent(coord, scope, ModelCaller(coord, provider), "answer",
+                          max_steps=1).run()
+        await control.inject(scope, NOTE)
+        done = await CodingAgent(coord, scope, ModelCaller(coord, provider), "answer",
+                                 max_steps=4).run()
+        assert done.status == "finished" and await scope.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=4)
+        [pair] = report.pairs
+        assert (pair.kind, pair.with_reward, pair.without_reward) == ("inject", 1.0, 0.0)
+        assert report.helped == 1 and report.hurt == 0
+        tree = read_tree(coord.trace, report.tree)
+        with_ = coord.scope(tree.leaves[0].members[0].scope)
+        again = [e.effect for e in coord.trace.log(with_.head) if e.effect is not None
+                 and e.effect.scope == with_.name and e.effect.kind == "decision"]
+        assert [e.intent.detail["text"] for e in again] == [NOTE]  # type: ignore[union-attr]
+
+
+def _team_answers(request: ModelRequest) -> ProviderReply:
+    """`a` writes a.txt and is done; `b` lists its files twice, then writes 1 when the
+    second listing shows a.txt (it was handed a's work), else 0."""
+    task = next(m.text for m in request.messages if isinstance(m, UserMessage))
+    n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if task == "a":
+        return (ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "a.txt", "content": "a\n"})]) if n == 0 else ProviderReply("done"))
+    if n < 2:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if n == 2:
+        last = [m for m in request.messages if not isinstance(m, (AssistantMessage,
+                                                                      UserMessage))][-1]
+        answer = "1" if "a.txt" in str(last) else "0"
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": answer + "\n"})])
+    return ProviderReply("done")
+
+
+async def test_a_handoff_is_taken_again_with_and_left_out_without(tmp_path: Path) -> None:
+    """The supervisor hands a's work to b after b's first step: with it, the leaf's b
+    merges the leaf's a and sees a.txt (writes 1: pass); without it b sees no a.txt."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_team_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await CodingAgent(coord, a, ModelCaller(coord, provider), "a", max_steps=4).run()
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=1).run()
+        assert (await control.handoff(b, a, strategy="fail")).merge is not None
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=5).run()
+        assert await b.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a", "b"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=5)
+        [pair] = report.pairs
+        assert (pair.kind, pair.member, pair.with_reward, pair.without_reward) == (
+            "handoff", "b", 1.0, 0.0)
+
+
+def _rewind_answers(request: ModelRequest) -> ProviderReply:
+    """`a` tells b it is done; `b` lists its files, then writes 1 when a's message is in
+    its conversation, else 0, then is done."""
+    task = next(m.text for m in request.messages if isinstance(m, UserMessage))
+    n = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+    if task == "a":
+        return (ProviderReply(tool_calls=[ScriptedCall("send_message", {
+            "to": "b", "text": "a done"})]) if n == 0 else ProviderReply("done"))
+    if n == 0:
+        return ProviderReply(tool_calls=[ScriptedCall("list_files", {})])
+    if n == 1:
+        told = any(isinstance(m, UserMessage) and "a done" in m.text for m in request.messages)
+        return ProviderReply(tool_calls=[ScriptedCall("write_file", {
+            "path": "answer.txt", "content": ("1" if told else "0") + "\n"})])
+    return ProviderReply("done")
+
+
+async def test_a_rewind_is_taken_again_with_and_left_out_without(tmp_path: Path) -> None:
+    """b wrote 0 before a's message came; the supervisor rewinds b before that step, so
+    it redoes it with the message and writes 1. With the rewind the leaf's b redoes it
+    too (pass); without it b, past that step, is done with 0 (fail)."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    provider = ScriptedProvider(_rewind_answers, model="m")
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=2).run()
+        assert await b.read("answer.txt") == b"0\n"
+        await CodingAgent(coord, a, ModelCaller(coord, provider), "a", max_steps=4).run()
+        target = await coord.io(step_commit, coord.trace, b.head, 2)
+        assert (await control.rewind(b, target)).result is not None
+        await CodingAgent(coord, b, ModelCaller(coord, provider), "b", max_steps=4).run()
+        assert await b.read("answer.txt") == b"1\n"
+        report = await ablate(coord, ["a", "b"], test="grep -qx 1 answer.txt",
+                              provider_for=lambda spec: provider, max_steps=4)
+        [pair] = report.pairs
+        assert (pair.kind, pair.member, pair.with_reward, pair.without_reward) == (
+            "rewind", "b", 1.0, 0.0)

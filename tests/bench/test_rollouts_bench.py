@@ -1,0 +1,44 @@
+"""The rollouts benchmark: runs end to end on a small run and reports what it measured."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from bench import rollouts as bench_rollouts
+
+pytestmark = pytest.mark.slow  # a recorded run and siblings against the model server
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_rollouts_bench_times_siblings_and_suffixes() -> None:
+    """A pair's siblings are timed; a sibling forked before step 1 re-runs every step, a
+    later one only the suffix, for fewer tokens; the table renders."""
+    report = bench_rollouts.run(history=2, runs=3, steps=5, at=(1, 4), backend="copy")
+    s = report["siblings"]
+    assert s["runs"] == 3 and s["median_ms"] > 0 and s["backend"] == "copy"
+    rec = report["suffix"]["recorded"]
+    assert (rec["status"], rec["steps"]) == ("finished", 5)
+    full, late = report["suffix"]["rows"]
+    assert (full["live_steps"], full["served_steps"], full["token_share"]) == (5, 0, 1.0)
+    assert (late["live_steps"], late["served_steps"]) == (2, 3)
+    assert 0 < late["live_tokens"] < full["live_tokens"]
+    assert bench_rollouts.render(report).row_count == 2 + len(report["suffix"]["rows"])
+
+
+def test_the_command_writes_json(tmp_path: object) -> None:
+    """`corral bench rollouts --json` prints the report."""
+    import json
+
+    from coordinator.cli import app
+
+    done = CliRunner().invoke(app, ["bench", "rollouts", "--runs", "2", "--steps", "3",
+                                    "--at", "1,2", "--history", "1", "--backend", "copy",
+                                    "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["benchmark"] == "rollouts"
