@@ -75,7 +75,7 @@ def run_ray(spec: RunSpec, tasks: dict[str, Task], units: list[Unit], store: Res
     remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
     prepared: dict[str, float] = {}
     try:
-        pending = {remote.remote(spec, tasks[u.pair.task], u): u for u in units}
+        pending = {remote.remote(spec, tasks[u.group.task], u): u for u in units}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:

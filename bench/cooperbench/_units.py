@@ -62,11 +62,6 @@ class Unit:
     group: Group
     setting: Setting
 
-    @property
-    def pair(self) -> Group:
-        """The group (the name of the pair-only harness)."""
-        return self.group
-
     def merges(self, policies: Sequence[MergePolicy]) -> tuple[UnitMerge, ...]:
         """The merge policies this unit is graded under (one agent: "-")."""
         return ("-",) if SETTING_RULES[self.setting].one_agent else tuple(policies)
