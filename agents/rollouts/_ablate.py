@@ -26,10 +26,9 @@ from coordinator import Coordinator
 
 from .._prices import load_prices
 from ..providers import Provider
-from ..runs import read_record
 from ._grow import Budget, grow
 from ._points import fork_points
-from ._state import default_team
+from ._state import run_defaults, team_of
 from ._tree import LeafNode, Sampling, TreeRecord
 from ._variant import Intervention, intervention
 
@@ -190,13 +189,9 @@ async def ablate_in_state(
 ) -> Ablation:
     """Open the state and ablate its run's decisions (the team, model server and step
     limit default as in `grow_in_state`)."""
-    record = read_record(state)
-    url = base_url if base_url is not None else record.base_url if record else None
-    steps = max_steps if max_steps is not None else record.max_steps if record else 30
+    url, steps = run_defaults(state, base_url, max_steps)
     async with Coordinator.open(state) as coord:
-        members = list(team) or await coord.io(default_team, coord)
-        if not members:
-            raise ValueError(f"{state} holds no scope a model drove: name the team (--scope)")
+        members = await team_of(coord, team, state)
         return await ablate(coord, members, test=test, base_url=url, tokens=tokens,
                             budget=Budget(max_tokens, max_cost, load_prices(prices)),
                             max_steps=steps, parallel=parallel, tree_id=tree_id)

@@ -60,6 +60,23 @@ def default_team(coord: Coordinator) -> list[str]:
             and any(e.scope == n for _, e in model_calls(coord.trace, s.head))]
 
 
+def run_defaults(state: str | Path, base_url: str | None, max_steps: int | None
+                 ) -> tuple[str | None, int]:
+    """The model server and step limit: as given, else the run record's (else none, 30)."""
+    record = read_record(state)
+    url = base_url if base_url is not None else record.base_url if record else None
+    steps = max_steps if max_steps is not None else record.max_steps if record else 30
+    return url, steps
+
+
+async def team_of(coord: Coordinator, team: Sequence[str], state: str | Path) -> list[str]:
+    """`team`, else the scopes a model drove. Raises ValueError when there are none."""
+    members = list(team) or await coord.io(default_team, coord)
+    if not members:
+        raise ValueError(f"{state} holds no scope a model drove: name the team (--scope)")
+    return members
+
+
 async def grow_in_state(
     state: str | Path,
     *,
@@ -85,14 +102,10 @@ async def grow_in_state(
     defaults to `default_team`; `base_url` and `max_steps` to the run record's. Raises
     ValueError when no fork point is chosen (or for a bad option), plus what `grow`
     raises."""
-    record = read_record(state)
-    url = base_url if base_url is not None else record.base_url if record else None
-    steps = max_steps if max_steps is not None else record.max_steps if record else 30
+    url, steps = run_defaults(state, base_url, max_steps)
     chosen = load_selector(select) if select else None
     async with Coordinator.open(state) as coord:
-        members = list(team) or await coord.io(default_team, coord)
-        if not members:
-            raise ValueError(f"{state} holds no scope a model drove: name the team (--scope)")
+        members = await team_of(coord, team, state)
         heads = {m: coord.scope(m).head for m in members}
         points = await coord.io(lambda: fork_points(
             coord.trace, heads, interventions=interventions, every=every, effects=effects,
