@@ -52,9 +52,8 @@ from coordinator import (
 
 from ._model_effects import ModelBlocked, ModelCaller
 from ._transcript import step_commit
-from .coding import CodingAgent
 from .providers import ChatMessage, ModelError, ModelRequest, ToolResult, ToolSpec, UserMessage
-from .team_tools import describe_task
+from .team_tools import TeamAccess, describe_task
 
 __all__ = ["SUPERVISOR_PROMPT", "SUPERVISOR_TOOLS", "LLMSupervisor", "run_to_rest"]
 
@@ -100,6 +99,28 @@ SUPERVISOR_TOOLS: tuple[ToolSpec, ...] = (
 Action = Literal["rewind", "handoff", "inject", "discard", "noop"]
 
 
+class SupervisedWorker(Protocol):
+    """What the supervisor reads and steers on a worker: `CodingAgent` is one, and so is
+    the CooperBench oracle. It holds `lock` while it acts on the worker."""
+
+    scope: Scope
+    task: str
+    stopped: str | None
+    team: TeamAccess | None
+    """The worker's team, whose task list the supervisor is shown (None: no team)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lock(self) -> asyncio.Lock: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    def restart(self, scope: Scope) -> None: ...
+
+
 class LLMSupervisor:
     """The meta-agent over `workers`. Use `async with LLMSupervisor(...)`, or `start()` and
     `close()`; give each worker `before_step=supervisor.settle`."""
@@ -108,7 +129,7 @@ class LLMSupervisor:
         self,
         coord: Coordinator,
         caller: ModelCaller,
-        workers: Sequence[CodingAgent],
+        workers: Sequence[SupervisedWorker],
         *,
         scope_name: str = "supervisor",
         system: str = SUPERVISOR_PROMPT,
@@ -264,7 +285,7 @@ class LLMSupervisor:
         except (KeyError, ValueError, TypeError) as e:
             return f"error: bad arguments for {tool}: {e}"
 
-    def _worker(self, name: str) -> CodingAgent:
+    def _worker(self, name: str) -> SupervisedWorker:
         if name not in self.workers:
             raise ValueError(f"no worker {name!r}; workers: {', '.join(self.workers)}")
         return self.workers[name]

@@ -27,6 +27,7 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from coordinator import Coordinator, Result, Scope
 
@@ -34,6 +35,9 @@ from ._agent_report import AgentReport
 from ._dataset import Feature
 from ._oracle import Step, oracle_steps, run_oracle_step
 from ._team_rules import PairBudget
+
+if TYPE_CHECKING:
+    from agents.team_tools import TeamAccess
 
 __all__ = ["OracleWorker", "guard_handoff", "oracle_turn", "receiver"]
 
@@ -64,6 +68,8 @@ class OracleWorker:
         self.handed_to: str | None = None
         """The agent this one handed its features to (the conflict guard's handoff)."""
         self.steps = 0
+        self.team: TeamAccess | None = None
+        """Its team, in the team settings (the lead adds the tasks, members claim them)."""
 
     @property
     def name(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias
 
 from coordinator import Coordinator, Scope, SupervisorAction
 
@@ -287,10 +287,7 @@ async def _start_supervisor(cfg: TeamConfig, coord: Coordinator, workers: Sequen
     from agents.providers import provider_from_spec
 
     provider = provider_from_spec(model, cfg.base_url)
-    # Workers are duck-typed: the supervisor reads name, task, steps, stopped, lock,
-    # scope and restart(), which the oracle worker has too.
-    sup = LLMSupervisor(coord, ModelCaller(coord, provider, attempts=retries),
-                        cast("Sequence[CodingAgent]", workers),
+    sup = LLMSupervisor(coord, ModelCaller(coord, provider, attempts=retries), workers,
                         scope_name=_supervisor_scope([w.scope for w in workers]),
                         max_calls=cfg.supervisor_calls)
     await sup.start()
