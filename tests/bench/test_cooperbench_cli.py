@@ -92,6 +92,7 @@ def test_the_merge_outcome_legend_covers_no_bar(small_run, tmp_path: Path) -> No
     assert page.y0 <= legend.y0 and legend.y1 <= page.y1
 
 
+@pytest.mark.slow  # near the 8 s fast budget on a loaded 2-core machine
 def test_help_shows_every_option_text_whole(tmp_path: Path) -> None:
     """`--help`, piped (80 columns), prints each option's help text whole: no word
     cut with "…"."""

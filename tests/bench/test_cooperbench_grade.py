@@ -79,6 +79,7 @@ def _graded(lab: Any, rules: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(rules)
 
 
+@pytest.mark.slow  # near the 8 s fast budget on a loaded 2-core machine
 def test_clean_merge_runs_each_features_tests_on_the_merged_diff(repo: Path, lab: Any) -> None:
     """Disjoint patches merge clean; both features pass on base + merged diff + tests."""
     mul = calc_diff(repo, {"calc.py": "def mul(a, b):\n    return a * b\n\n\n" + BASE["calc.py"]})

@@ -211,6 +211,7 @@ async def test_a_command_writing_an_unrecordable_path_applies_nothing(srv, scrip
     assert "cannot be recorded" in (last.error or "")
 
 
+@pytest.mark.slow  # near the 8 s fast budget on a loaded 2-core machine
 @settings(max_examples=2000, deadline=None)
 @given(st.text(alphabet="ab.-_0@{}/ ~^:?*[\\l", min_size=1, max_size=12)
        | st.sampled_from(["a..b", "a.", "a.lock", "x.lock.y", "a-.lock", "ab_.", "a.b.c"]))

@@ -100,6 +100,7 @@ async def test_a_checkpointed_burst_leaves_no_python_objects(tmp_path, sample_re
     assert grown < 120_000, f"{grown} bytes held after 2000 checkpointed writes"
 
 
+@pytest.mark.slow  # near the 8 s fast budget on a loaded 2-core machine
 async def test_reading_the_whole_log_keeps_nothing(tmp_path, sample_repo) -> None:
     """Every record of a 400-effect log decoded, then dropped: nothing of them
     stays but what the thread's git handle holds until the next checkpoint
