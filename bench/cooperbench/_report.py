@@ -110,7 +110,7 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
             if counted else None,
         })
     budgets = {tuple(b) for row in out["rows"] for b in row["budget"]}
-    # Settings compare fairly only under one budget per pair.
+    # Settings compare fairly only under one budget per unit.
     out["budget"] = {"steps": [b[0] for b in sorted(budgets, key=str)],
                      "tokens": [b[1] for b in sorted(budgets, key=str)],
                      "equal": len(budgets) <= 1}
@@ -207,11 +207,12 @@ def render(summary: dict[str, Any], title: str = "CooperBench") -> Table:
     budget = summary.get("budget") or {}
     notes = []
     if budget.get("steps"):
-        notes.append("budget per pair: " + ", ".join(
+        notes.append("budget per unit: " + ", ".join(
             f"{s} steps, {t if t is not None else 'unlimited'} tokens"
             for s, t in zip(budget["steps"], budget["tokens"], strict=True))
             + ("" if budget["equal"] else "  [bold red]NOT EQUAL across results[/]"))
-    notes += [f"retention {r['row']}/solo = {r['retention']:.2f}" for r in summary["retention"]]
+    notes += [f"retention {r['row']} / {_label('solo', r.get('size', 2))} = "
+              f"{r['retention']:.2f}" for r in summary["retention"]]
     notes += [f"McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} discordant of "
               f"{m['pairs']}, p = {m['p_value']:.3g}" for m in summary["mcnemar"]]
     table.caption = "\n".join(notes)
@@ -230,7 +231,8 @@ def to_markdown(summary: dict[str, Any]) -> str:
                      f"{row['seconds_per_pair_median']} |")
     lines.append("")
     for r in summary["retention"]:
-        lines.append(f"- retention {r['row']}/solo: {r['retention']:.2f}")
+        lines.append(f"- retention {r['row']} / {_label('solo', r.get('size', 2))}: "
+                     f"{r['retention']:.2f}")
     for m in summary["mcnemar"]:
         lines.append(f"- McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} "
                      f"discordant of {m['pairs']} units, p = {m['p_value']:.3g}")
