@@ -16,10 +16,20 @@ from ._export import (
     skyrl_batch,
     trajectories,
 )
-from ._grow import Budget, Executor, LocalExecutor, SiblingJob, TeamPolicy, grow, new_tree_id
+from ._grow import (
+    Budget,
+    Executor,
+    Grader,
+    LocalExecutor,
+    SiblingJob,
+    TeamPolicy,
+    grow,
+    new_tree_id,
+)
 from ._points import ForkPoint, Selector, fork_points, team_cut
 from ._state import default_team, grow_in_state, load_selector, siblings
 from ._tree import (
+    FeatureGrade,
     ForkNode,
     Grade,
     LeafNode,
@@ -46,10 +56,12 @@ __all__ = [
     "Budget",
     "Export",
     "Executor",
+    "FeatureGrade",
     "ForkNode",
     "ForkPoint",
     "Format",
     "Grade",
+    "Grader",
     "LeafNode",
     "LocalExecutor",
     "MemberNode",

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from coordinator import Coordinator
+from coordinator import Coordinator, Policy
 
 from .._prices import load_prices
 from ..providers import Provider
-from ._grow import Budget, grow
+from ._grow import Budget, Grader, grow
 from ._points import fork_points
 from ._state import run_defaults, team_of
 from ._tree import LeafNode, Sampling, TreeRecord
@@ -65,6 +65,9 @@ class Pair(_Model):
     without_tokens: int
     without_conflicts: tuple[str, ...] = ()
     """Paths the "without" leaf's merge conflicted on."""
+    with_merge: str | None = None
+    without_merge: str | None = None
+    """An evaluator's merge verdict on each leaf (`clean`, `conflicts`, ...)."""
 
     @property
     def graded(self) -> bool:
@@ -115,7 +118,9 @@ def _pair(record: TreeRecord, fork_id: str, leaves: Sequence[LeafNode]) -> Pair 
                 member=fork.member, with_leaf=with_.id, without_leaf=without.id,
                 with_reward=with_.reward, without_reward=without.reward,
                 with_tokens=with_.tokens, without_tokens=without.tokens,
-                without_conflicts=without.grade.conflicts if without.grade else ())
+                without_conflicts=without.grade.conflicts if without.grade else (),
+                with_merge=with_.grade.merge_status if with_.grade else None,
+                without_merge=without.grade.merge_status if without.grade else None)
 
 
 def ablation(record: TreeRecord, skipped: Sequence[str] = ()) -> Ablation:
@@ -144,7 +149,9 @@ async def ablate(
     coord: Coordinator,
     team: Sequence[str],
     *,
-    test: str,
+    test: str | None = None,
+    grader: Grader | None = None,
+    team_policies: Sequence[Policy] | None = None,
     base_url: str | None = None,
     tokens: bool = True,
     provider_for: Callable[[str], Provider] | None = None,
@@ -155,8 +162,11 @@ async def ablate(
     test_timeout: float = 600.0,
 ) -> Ablation:
     """Ablate every supervisor decision on the branches of `team` (see the module); the
-    two leaves of each are kept as the tree `tree_id`. Raises ValueError when the run has
-    no decision to ablate, plus what `grow` raises."""
+    two leaves of each are kept as the tree `tree_id`, graded with `test` or by `grader`
+    (see `grow`, as `team_policies`). Raises ValueError when the run has no decision to
+    ablate or nothing grades the leaves, plus what `grow` raises."""
+    if test is None and grader is None:
+        raise ValueError("an ablation needs a test command or a grader")
     heads = {m: coord.scope(m).head for m in team}
     points = await coord.io(lambda: fork_points(coord.trace, heads, interventions=True))
     found = [(p, await coord.io(intervention, coord.trace, heads, p)) for p in points]
@@ -169,7 +179,7 @@ async def ablate(
         coord, team, [p for p, _ in chosen], [Sampling()], test=test, base_url=base_url,
         tokens=tokens, provider_for=provider_for, budget=budget, max_steps=max_steps,
         parallel=parallel, tree_id=tree_id, test_timeout=test_timeout,
-        decisions=[d for _, d in chosen])
+        decisions=[d for _, d in chosen], grader=grader, team_policies=team_policies)
     return ablation(record, skipped)
 
 

@@ -165,10 +165,15 @@ def flatten(turns: Sequence[Turn]) -> _Flat | None:
 
 
 def _common(t: Trajectory) -> dict[str, Any]:
+    grade = t.leaf.grade
+    per_feature = grade is not None and bool(grade.features)
     return {"tree_id": t.tree, "node_id": t.leaf.id, "parent_node_id": t.leaf.parent,
             "branch_step": t.branch_step, "agent": t.member.member, "scope": t.member.scope,
             "sibling": t.leaf.sibling, "seed": t.leaf.sampling.seed,
-            "temperature": t.leaf.sampling.temperature, "advantage": t.advantage}
+            "temperature": t.leaf.sampling.temperature, "advantage": t.advantage,
+            "feature_rewards": [float(f.passed) for f in grade.features]
+            if grade is not None and per_feature else None,
+            "merge_clean": grade.merged if grade is not None else None}
 
 
 def _num_turns(t: Trajectory) -> int:

@@ -21,26 +21,12 @@ where a Ray executor goes (a sibling is a `SiblingJob`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from coordinator import (
-    ABSTAINED,
-    Coordinator,
-    CorralError,
-    Cut,
-    Decision,
-    ExecOutcome,
-    Intent,
-    ModelCall,
-    Policy,
-    Scope,
-    ScopeInfo,
-    View,
-)
+from coordinator import Coordinator, CorralError, Cut, ExecOutcome, ModelCall, Policy, Scope
 
 from .._model_effects import ModelCaller
 from .._prices import PriceTable
@@ -49,118 +35,20 @@ from ..coding import CodingAgent
 from ..protocol import AgentResult
 from ..providers import ModelRequest, Provider, UserMessage, provider_from_spec
 from ._points import ForkPoint, team_cut
+from ._teams import TeamPolicy, team_scoped
 from ._tree import ForkNode, Grade, LeafNode, MemberNode, Sampling, TreeRecord, write_tree
 from ._variant import Intervention, Variant, apply
 
-__all__ = ["Executor", "LocalExecutor", "SiblingJob", "TeamPolicy", "grow", "new_tree_id"]
+__all__ = ["Executor", "Grader", "LocalExecutor", "SiblingJob", "TeamPolicy", "grow",
+           "new_tree_id"]
+
+Grader = Callable[[str, Mapping[str, Scope]], Awaitable[Grade]]
+"""Grades a leaf instead of a test command: (the name its grading scopes go under, each
+member's leaf scope by member name) -> its grade (a bench unit's own evaluator)."""
 
 
 def new_tree_id() -> str:
     return "rt-" + secrets.token_hex(3)
-
-
-@dataclass(frozen=True, slots=True)
-class _Team:
-    names: frozenset[str]
-    base: str | None
-    """The commit the team's work is measured from (its members' common fork point):
-    a member forked mid-run has changed, since its base, what it changed before the fork."""
-
-
-class _TeamView(View):
-    """A view of one team whose members' changes count from the team's base, not from
-    their own fork points (which, for a fork of a team at a cut, are their heads)."""
-
-    def __init__(self, view: View, base: str, cache: dict[tuple[str, str], frozenset[str]]
-                 ) -> None:
-        self.__dict__.update(view.__dict__)  # the same view (its notes too), narrowed
-        self._base = base
-        self._cache = cache
-
-    def _rebased(self, infos: list[ScopeInfo]) -> list[ScopeInfo]:
-        return [replace(i, fork_point=self._base, touched=None) if i.name != "root" else i
-                for i in infos]
-
-    def scopes(self) -> list[ScopeInfo]:
-        return self._rebased(super().scopes())
-
-    def siblings(self) -> list[ScopeInfo]:
-        return self._rebased(super().siblings())
-
-    async def touched(self, scope: str | ScopeInfo) -> frozenset[str]:
-        name = scope if isinstance(scope, str) else scope.name
-        head = self.head(name) if isinstance(scope, str) else scope.head
-        key = (self._base, head)
-        if key not in self._cache:
-            trace, base = self.trace, self._base
-            self._cache[key] = frozenset(await self.io(
-                lambda: trace.diff_trees(trace.tree_id(base), trace.tree_id(head))))
-        return self._cache[key]
-
-
-class TeamPolicy:
-    """The chain's policies applied per team: a scope of a registered team sees only its
-    team as siblings (`View.among`), their changes counted from the team's base; a scope
-    registered as not reviewed (a grading scope) is not reviewed; every other scope sees
-    every scope but the teams'."""
-
-    name = "rollout-teams"
-
-    def __init__(self, policies: Sequence[Policy]) -> None:
-        self.policies = list(policies)
-        self.teams: dict[str, _Team | None] = {}
-        self._touched: dict[tuple[str, str], frozenset[str]] = {}
-        self._once: dict[str, tuple[str, str]] = {}
-
-    def allow_once(self, scope: str, policy: str, kind: str) -> None:
-        """Let through `scope`'s first intent of kind `kind` that `policy` would stop
-        (the other policies still decide it): an ablation's arm without a block."""
-        self._once[scope] = (policy, kind)
-
-    def register(self, names: Sequence[str], *, base: str | None = None,
-                 reviewed: bool = True) -> None:
-        team = _Team(frozenset(names), base) if reviewed else None
-        for n in names:
-            self.teams[n] = team
-
-    async def __call__(self, intent: Intent, view: View, /) -> Decision | None:
-        scoped: View
-        if view.scope in self.teams:
-            team = self.teams[view.scope]
-            if team is None:
-                return None
-            scoped = view.among(team.names)
-            if team.base is not None:
-                scoped = _TeamView(scoped, team.base, self._touched)
-        else:
-            scoped = view.among([s.name for s in view.scopes() if s.name not in self.teams])
-        for policy in self.policies:
-            decision = await policy(intent, scoped)
-            if decision is not None and not decision.allowed and self._once.get(
-                    view.scope) == (_name(policy), intent.kind):
-                del self._once[view.scope]
-                continue
-            if decision is not None:
-                if decision.policy == ABSTAINED:
-                    decision = decision.model_copy(update={"policy": _name(policy)})
-                return decision
-        return None
-
-
-def _name(policy: Policy) -> str:
-    return str(getattr(policy, "name", None) or type(policy).__name__)
-
-
-@contextlib.contextmanager
-def team_scoped(coord: Coordinator) -> Iterator[TeamPolicy]:
-    """Inside, the coordinator's chain runs per team through one `TeamPolicy`."""
-    before = list(coord.chain.policies)
-    scoped = TeamPolicy(before)
-    coord.chain.policies[:] = [scoped]
-    try:
-        yield scoped
-    finally:
-        coord.chain.policies[:] = before
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +125,7 @@ class _Grower:
     max_steps: int
     test_timeout: float
     stopped: str | None = None
+    grader: Grader | None = None
 
 
 class LocalExecutor:
@@ -291,7 +180,9 @@ async def _run_sibling(g: _Grower, job: SiblingJob) -> LeafNode:
     if failed:
         return _leaf(job, leaf, scopes, results, g.spend.of(callers), "error", error=failed[0])
     stopped = any(r.status == "stopped" for r in results.values())
-    grade = await _grade(g, f"{prefix}grade", scopes) if g.test is not None else None
+    grade = (await g.grader(f"{prefix}grade", dict(zip(aliases, scopes, strict=True)))
+             if g.grader is not None else
+             await _grade(g, f"{prefix}grade", scopes) if g.test is not None else None)
     status = "stopped" if stopped else "graded" if grade is not None else "ungraded"
     return _leaf(job, leaf, scopes, results, g.spend.of(callers), status, grade=grade)
 
@@ -390,6 +281,8 @@ async def grow(
     test_timeout: float = 600.0,
     executor: Callable[[_Grower], Executor] | None = None,
     decisions: Sequence[Intervention] | None = None,
+    grader: Grader | None = None,
+    team_policies: Sequence[Policy] | None = None,
 ) -> TreeRecord:
     """Grow a tree from the team `team` (scope names) of a finished run: at each point,
     one sibling per entry of `siblings` (their sampling settings), continued and graded
@@ -399,6 +292,8 @@ async def grow(
     Returns the tree as recorded under `refs/corral/rollouts/<id>`. With `decisions` (one
     per point: the intervention there) each fork has two siblings instead, both sampled
     as `siblings[0]`: the decision taken and not taken (an ablation, `_variant`).
+    `grader` grades the leaves instead of `test`; `team_policies` supervise the tree's
+    teams instead of the coordinator's chain (`TeamPolicy`).
 
     Raises ValueError for an empty team, no points or no siblings, or a point on no
     member; UnknownScope for a team member that is not a live scope."""
@@ -422,11 +317,11 @@ async def grow(
             if t.spec not in providers:
                 providers[t.spec] = (provider_for(t.spec) if provider_for else provider_from_spec(
                     t.spec, base_url, logprobs=tokens, token_ids=tokens))
-        with team_scoped(coord) as policy:
+        with team_scoped(coord, team_policies) as policy:
             policy.register(list(team), base=first.fork_point)
             at = await coord.io(_in_parent, coord, base_scope.head, first.fork_point)
             g = _Grower(coord, policy, templates, providers, (base_scope, at),
-                        spend, test, max_steps, test_timeout)
+                        spend, test, max_steps, test_timeout, grader=grader)
             record = TreeRecord(
                 id=tree, test=test, max_tokens=budget.max_tokens, max_cost=budget.max_cost,
                 team=tuple(MemberNode(member=m, scope=m, head=h) for m, h in heads.items()))

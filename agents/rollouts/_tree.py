@@ -23,6 +23,7 @@ from coordinator.store import TraceReader
 
 __all__ = [
     "TREE_PREFIX",
+    "FeatureGrade",
     "ForkNode",
     "Grade",
     "LeafNode",
@@ -86,9 +87,18 @@ class ForkNode(_Record):
     """Its kind: `block:<policy>`, `inject`, `handoff`, `rewind`."""
 
 
+class FeatureGrade(_Record):
+    """One feature's tests on a leaf (an evaluator that grades per feature)."""
+
+    id: int
+    passed: bool
+    reason: str = ""
+
+
 class Grade(_Record):
     scope: str
-    """The grading scope: the team's base with the members merged."""
+    """The grading scope: the team's base with the members merged (an evaluator's
+    scopes are named under it)."""
     merged: bool
     conflicts: tuple[str, ...] = ()
     command: str | None = None
@@ -96,6 +106,12 @@ class Grade(_Record):
     """The test run's `exec` effect."""
     returncode: int | None = None
     reward: float
+    evaluator: str | None = None
+    """Who graded it when no test command did (`cooperbench`: CooperBench's rules)."""
+    features: tuple[FeatureGrade, ...] = ()
+    """The evaluator's per-feature results, in agent order."""
+    merge_status: str | None = None
+    """The evaluator's merge verdict (`clean`, `conflicts`, `identical`, ...)."""
 
 
 class LeafNode(_Record):

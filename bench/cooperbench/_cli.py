@@ -25,7 +25,7 @@ from ._census import CensusRow, GoldFold, census_table, census_task, compare_wit
 from ._dataset import Group, mini_suite
 from ._recipe import Unsupported
 from ._records import PairResult
-from ._report import plot, render, summarize, to_markdown
+from ._report import ablation_lines, plot, render, summarize, to_markdown
 from ._repos import base_repo, git
 from ._run import plan, run
 from ._spec import RunSpec
@@ -114,6 +114,7 @@ def run_cmd(
     backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
     price_in: Annotated[float | None, typer.Option(help="USD per 1M prompt tokens.")] = None,
     price_out: Annotated[float | None, typer.Option(help="USD per 1M completion tokens.")] = None,
+    ablate: Annotated[bool, typer.Option(help="Ablate each supervised unit's decisions.")] = False,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the table as Markdown.")] = None,
@@ -141,7 +142,7 @@ def run_cmd(
             max_tokens=max_tokens, test_timeout=test_timeout, workers=workers,
             env_cache=env_cache.resolve() if env_cache else None, resume=resume,
             backend=backend, price_in=price_in, price_out=price_out, resolver=resolver,
-            supervisor_base_url=supervisor_base_url)
+            supervisor_base_url=supervisor_base_url, ablate=ablate)
         report = _run_with_progress(spec, executor, address)
     except (ValueError, LookupError, FileNotFoundError, ImportError) as e:
         _fail(str(e))
@@ -165,6 +166,8 @@ def _report(spec: RunSpec, report: dict[str, Any], name: str, executor: str,
                     "executor": executor, "workers": spec.workers,
                     "seconds": report["seconds"], "pairs_selected": report["pairs"]})
     out_console.print(render(summary, f"CooperBench ({name}, agent {agent})"))
+    for line in ablation_lines(summary):
+        out_console.print(line, highlight=False, soft_wrap=True)
     if summary["prepared_s"]:
         out_console.print("environments prepared: " + ", ".join(
             f"{k} {v:.1f}s" for k, v in summary["prepared_s"].items()))

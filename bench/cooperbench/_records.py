@@ -118,6 +118,9 @@ class PairResult(_Frozen):
     """Each agent scope's head commit in that trace."""
     patches: dict[str, str] = Field(default_factory=dict)
     """Path (under the run directory) of each agent's patch and of the merged diff."""
+    ablation: dict[str, Any] | None = None
+    """`--ablate`: the unit's counterfactual ablation (`agents.rollouts.Ablation` as
+    JSON), or {"skipped": why} / {"error": what}; None when not asked."""
 
     @model_validator(mode="before")
     @classmethod

@@ -22,7 +22,8 @@ from ._team_rules import SETTING_RULES
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["mcnemar", "render", "summarize", "to_markdown", "plot", "wilson"]
+__all__ = ["ablation_lines", "fold_ablations", "mcnemar", "render", "summarize", "to_markdown",
+           "plot", "wilson"]
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -116,7 +117,51 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
                      "equal": len(budgets) <= 1}
     out["prepared_s"] = prepared or {}
     out["timings_median_s"] = _timing_medians(results)
+    if any(r.ablation is not None for r in results):
+        out["ablation"] = fold_ablations(results)
     return out
+
+
+_KIND_COUNTS = ("decisions", "graded", "changed", "helped", "hurt", "with_tokens",
+                "without_tokens")
+
+
+def fold_ablations(results: list[PairResult]) -> dict[str, Any]:
+    """`--ablate`'s units folded: per decision kind the decisions, how many changed the
+    outcome and which way, the tokens of each arm; the exact McNemar test over them."""
+    units = {r.unit: r.ablation for r in results if r.ablation is not None}
+    kinds: dict[str, dict[str, int]] = {}
+    ablated, skipped, errors = 0, 0, 0
+    for report in units.values():
+        if "kinds" not in report:
+            skipped += "skipped" in report
+            errors += "error" in report
+            continue
+        ablated += 1
+        for k in report["kinds"]:
+            row = kinds.setdefault(k["kind"], dict.fromkeys(_KIND_COUNTS, 0))
+            for c in _KIND_COUNTS:
+                row[c] += k[c]
+    helped = sum(k["helped"] for k in kinds.values())
+    hurt = sum(k["hurt"] for k in kinds.values())
+    return {"units": len(units), "ablated": ablated, "skipped": skipped, "errors": errors,
+            "kinds": [{"kind": kind, **row} for kind, row in sorted(kinds.items())],
+            "helped": helped, "hurt": hurt, "p_value": round(mcnemar(helped, hurt), 4)}
+
+
+def ablation_lines(summary: dict[str, Any]) -> list[str]:
+    """The ablation's lines of the report (none without `--ablate`)."""
+    a = summary.get("ablation")
+    if not a:
+        return []
+    lines = [f"ablation: {a['ablated']} of {a['units']} supervised units ablated "
+             f"({a['skipped']} skipped, {a['errors']} errors); decisions helped {a['helped']},"
+             f" hurt {a['hurt']}, McNemar p = {a['p_value']:.3g}"]
+    for k in a["kinds"]:
+        lines.append(f"  {k['kind']}: {k['decisions']} decisions, {k['changed']} changed the "
+                     f"outcome (helped {k['helped']}, hurt {k['hurt']}); tokens with "
+                     f"{k['with_tokens']}, without {k['without_tokens']}")
+    return lines
 
 
 def _row(key: str, rs: list[PairResult]) -> dict[str, Any]:
@@ -236,6 +281,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
     for m in summary["mcnemar"]:
         lines.append(f"- McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} "
                      f"discordant of {m['pairs']} units, p = {m['p_value']:.3g}")
+    lines += [f"- {line.strip()}" for line in ablation_lines(summary)]
     return "\n".join(lines) + "\n"
 
 

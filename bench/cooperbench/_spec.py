@@ -51,6 +51,8 @@ class RunSpec:
     """llm:PROVIDER/MODEL resolving `--merge corral` conflicts."""
     supervisor_base_url: str | None = None
     """The supervisor's and resolver's model URL (default: the agents' base URL)."""
+    ablate: bool = False
+    """After each supervised unit, ablate its supervisor's decisions (`_ablate`)."""
 
     @property
     def mini(self) -> bool:
@@ -74,7 +76,8 @@ class RunSpec:
                           max_tokens=self.max_tokens, test_timeout=self.test_timeout,
                           backend=self.backend, price_in=self.price_in,
                           price_out=self.price_out, resolver=self.resolver,
-                          base_url=self.supervisor_base_url or self.options.base_url)
+                          base_url=self.supervisor_base_url or self.options.base_url,
+                          ablate=self.ablate)
 
 
 
@@ -97,6 +100,8 @@ class UnitConfig:
     """The URL of the supervisor's and the resolver's models."""
     resolver: str | None = None
     """llm:PROVIDER/MODEL: resolves `--merge corral` conflicts (None: none)."""
+    ablate: bool = False
+    """Ablate each supervised unit's decisions before its scopes are discarded."""
 
     def team(self) -> TeamConfig:
         return TeamConfig(supervisor=self.supervisor, messaging=self.messaging,

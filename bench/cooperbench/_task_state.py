@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from coordinator import Coordinator, Decision, ExecOutcome, Intent, Policy, Scope, View
+from coordinator import ABSTAINED, Coordinator, Decision, ExecOutcome, Intent, Policy, Scope, View
 from coordinator.store import IgnoreRules, open_checkout, read_file
 from sandboxes import share_file
 
@@ -73,6 +73,9 @@ class UnitPolicy:
         for policy in chain:
             decision = await policy(intent, scoped)
             if decision is not None:
+                if decision.policy == ABSTAINED:  # named after the unit's own policy
+                    name = getattr(policy, "name", None) or type(policy).__name__
+                    decision = decision.model_copy(update={"policy": str(name)})
                 return decision
         return None
 

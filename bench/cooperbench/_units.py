@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from coordinator import Scope
 
+from ._ablate import ablate_unit
 from ._agent_report import AgentReport
 from ._agents import AgentChoice
 from ._dataset import Group, Task
@@ -145,6 +146,7 @@ class _Run:
     states: dict[str, Scope] = field(default_factory=dict)
     """A patch's text -> the scope whose tree is base + that patch (the evaluation
     tests it there instead of applying it again)."""
+    ablation: dict[str, Any] | None = None
 
 
 def _remember(run: _Run, patch: str, scope: Scope) -> None:
@@ -178,6 +180,9 @@ async def run_unit(
                                    run.states)
             grade = await _grade(cfg, task, group, merge, bench, run)
             grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
+        if cfg.ablate and SETTING_RULES[setting].supervised:
+            agents = [state.coord.scope(f"{prefix}.{r}") for r in roles(setting, group.size)]
+            run.ablation = await ablate_unit(cfg, state, group, prefix, agents, agent)
     except Exception as e:
         error = e
     t = time.perf_counter()
@@ -311,5 +316,5 @@ def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: 
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
         blocked=rep.blocked, handoffs=run.handoffs, trace=str(state),
         scopes={**run.scopes, **graded},
-        patches=files, **rep.record,
+        patches=files, ablation=run.ablation, **rep.record,
     )

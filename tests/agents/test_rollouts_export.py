@@ -152,7 +152,7 @@ def test_verl_records_have_agent_loop_outputs_fields(tree: Grown, tmp_path: Path
     rows = _export(tree, "verl", tmp_path / "v.jsonl")
     for row in rows:
         own = set(row) - {"is_replayed_prefix", "branch_step", "agent", "scope", "sibling",
-                          "seed", "temperature"} - TREE_FIELDS
+                          "seed", "temperature", "feature_rewards", "merge_clean"} - TREE_FIELDS
         assert own <= VERL_FIELDS and VERL_REQUIRED <= own
         assert set(row["metrics"]) == VERL_METRICS and isinstance(row["num_turns"], int)
 
