@@ -1,5 +1,5 @@
-"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|replay|
-cooperbench`.
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|verl|
+replay|cooperbench`.
 
 Registered through the `corral.commands` entry point group (`register`), so the
 coordinator's CLI does not import bench. Each benchmark module loads inside its command.
@@ -172,6 +172,31 @@ def bench_rollouts(
     report = rollouts_bench.run(history, runs, steps,
                                 [int(k) for k in at.split(",") if k.strip()], backend)
     show_report(rollouts_bench.render(report), report, target)
+
+
+@app.command("verl")
+def bench_verl(
+    python: Annotated[Optional[str], typer.Option(  # noqa: UP045 (typer reads Optional here)
+        help="A Python with verl (default $CORRAL_VERL_PYTHON, else this one).")] = None,
+    k: Annotated[int, typer.Option("-k", help="Siblings per fork point.")] = 4,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """verl's own AgentLoopOutput built from every verl record of a grown tree (issue 27);
+    exit 2 when verl does not import there."""
+    from bench import verl_check
+
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    try:
+        report = verl_check.run(python, k)
+    except verl_check.VerlMissing as e:
+        err.print(f"[yellow]{e}[/]; set CORRAL_VERL_PYTHON or --python", highlight=False)
+        raise typer.Exit(2) from e
+    except RuntimeError as e:
+        err.print(f"[red]{e}[/]", highlight=False)
+        raise typer.Exit(1) from e
+    show_report(verl_check.render(report), report, target)
 
 
 @app.command("replay")
