@@ -132,12 +132,15 @@ async def replay(
     name: str | None = None,
     max_steps: int = 30,
     attempts: int = 4,
+    serve: bool = True,
 ) -> ReplayReport:
     """Fork `scope` at `from_commit` and re-run its agent's task from there.
 
     The task, system prompt, tools and model settings come from the recorded model calls on
     the scope's branch; `provider` serves requests once the run diverges. Returns the
     report; the replay's effects are on the scope `name` (default `<scope>-replay-<n>`).
+    `serve=False` serves nothing from the recording: every call after the fork is live
+    (a full re-run from the fork, to compare a replay against).
 
     Raises:
         ValueError: `from_commit` is not on the scope's branch, or the branch holds no
@@ -170,8 +173,8 @@ async def replay(
             n += 1
         name = f"{src.name}-replay-{n}"
     child = await src.fork(name, at=start)
-    source = ReplayProvider(after, provider, name=first_call.provider, model=first_call.model,
-                            first_step=prefix_steps + 1)
+    source = ReplayProvider(after if serve else [], provider, name=first_call.provider,
+                            model=first_call.model, first_step=prefix_steps + 1)
     caller = ModelCaller(coord, source, name=first_call.provider, attempts=attempts)
     agent = CodingAgent(
         coord, child, caller, task,

@@ -3,6 +3,7 @@ graded, kept in the trace, and exported for RL trainers; and the ablation of its
 supervisor decisions (see docs/rollouts.md)."""
 
 from ._ablate import Ablation, KindSummary, Pair, ablate, ablate_in_state, ablation, mcnemar_exact
+from ._cro import Change, CroReport, RunResult, cro, first_affected
 from ._export import (
     FORMATS,
     Export,
@@ -44,6 +45,11 @@ from ._variant import Intervention, Variant, intervention
 __all__ = [
     "FORMATS",
     "Ablation",
+    "Change",
+    "CroReport",
+    "RunResult",
+    "cro",
+    "first_affected",
     "Intervention",
     "KindSummary",
     "Pair",

@@ -1,4 +1,5 @@
-"""`corral rollouts`: grow a rollout tree from a run, list and show trees, export them."""
+"""`corral rollouts`: grow a rollout tree from a run, list and show trees, export them;
+ablate a run's decisions; try a change on recorded runs (`cro`)."""
 
 from __future__ import annotations
 
@@ -143,6 +144,58 @@ def ablate_cmd(
         fail(str(e))
     _print_ablation(err if json_flag else console, report)
     emit_json(report.model_dump(mode="json"), json_flag, None)
+
+
+@app.command("cro")
+def cro_cmd(
+    run: Annotated[list[str], typer.Argument(
+        help="Recorded runs: STATE or STATE:SCOPE (default scope agent-1).")],
+    test: Annotated[str, typer.Option(
+        help="Shell command grading a run (exit 0: pass), run in its replay's scope.")],
+    system: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="The change: this file as the system prompt.")] = None,
+    note: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--note", help="The change: K:TEXT, a note before step K; repeat.")] = None,
+    deny: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        "--deny", help="The change: a tool policy blocking this intent kind; repeat.")] = None,
+    base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The model server of the runs' models.")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full/--no-full", help="Also re-run each run in full, to compare.")] = True,
+    max_steps: Annotated[int, typer.Option(help="Model calls per run at most.")] = 30,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Try a change on recorded runs (Shepherd's CRO): replay each from the first model
+    call the change affects, grade it, and compare with full re-runs."""
+    from agents.providers import ModelError
+    from agents.rollouts import Change, cro
+
+    notes = {}
+    for n in note or ():
+        k, sep, text = n.partition(":")
+        if not sep or not k.isdigit():
+            fail(f"--note is K:TEXT (got {n!r})")
+        notes[int(k)] = text
+    change = Change(system=system.read_text() if system else None, notes=notes,
+                    deny=tuple(deny or ()))
+    runs = [(r.rpartition(":")[0], r.rpartition(":")[2]) if ":" in r else (r, "agent-1")
+            for r in run]
+    try:
+        report = asyncio.run(cro(runs, change, test=test, base_url=base_url, full=full,
+                                 max_steps=max_steps)).as_dict()
+    except (CorralError, ModelError, ValueError, LookupError) as e:
+        fail(str(e))
+    from rich.table import Table
+
+    table = Table(title="the change, replayed from the first affected step / in full")
+    for column in ("run", "step", "reward", "full", "tokens", "full tokens", "s", "full s"):
+        table.add_column(column)
+    for r in report["runs"]:
+        table.add_row(f"{r['state']}:{r['scope']}", str(r["step"] or "-"), _reward(r["reward"]),
+                      _reward(r["full_reward"]), str(r["tokens"]), str(r["full_tokens"]),
+                      f"{r['seconds']:.2f}", f"{r['full_seconds']:.2f}")
+    (err if json_flag else console).print(table)
+    emit_json(report, json_flag, None)
 
 
 def _reward(value: float | None) -> str:

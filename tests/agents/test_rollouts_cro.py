@@ -1,0 +1,112 @@
+"""Counterfactual optimisation (`agents.rollouts.cro`): a change tried on recorded runs by
+replaying only the suffix it affects, against full re-runs of the same runs. The runs are
+real `corral run`s against the local scripted model server through the OpenAI SDK."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.model_server import Reply, ScriptedModelServer
+from agents.rollouts import Change, cro, first_affected
+from agents.run import run_tasks
+from coordinator import Coordinator
+from tests.agents._helpers import call, steps_of
+from tests.conftest import make_repo
+
+pytestmark = pytest.mark.slow
+
+TEST = "grep -qx 1 answer.txt"
+HINT = "the answer is 1"
+
+
+def model(payload: dict[str, Any]) -> Reply:
+    """List, run a command, write the answer (1 once told so, else 0), finish."""
+    step = steps_of(payload)
+    told = any(HINT in str(m.get("content")) for m in payload["messages"])
+    if step == 0:
+        return call("list_files", path=".")
+    if step == 1:
+        return call("run", command="true")
+    if step == 2:
+        return call("write_file", path="answer.txt", content="1\n" if told else "0\n")
+    return call("finish", summary="done")
+
+
+async def _runs(tmp: Path, base_url: str, n: int) -> list[tuple[Path, str]]:
+    out = []
+    for i in range(n):
+        repo = make_repo(tmp / f"repo{i}", {"README.md": f"run {i}\n"})
+        state = tmp / f"state{i}"
+        await run_tasks(repo, ["write the answer"], model="openai/m", base_url=base_url,
+                        state=state, supervisor="none", max_steps=8)
+        out.append((state, "agent-1"))
+    return out
+
+
+async def test_a_note_replays_only_the_suffix_and_matches_full_reruns(tmp_path: Path) -> None:
+    async with ScriptedModelServer() as server:
+        server.script("m", model)
+        runs = await _runs(tmp_path, server.base_url, 2)
+        report = (await cro(runs, Change(notes={3: HINT}), test=TEST,
+                            base_url=server.base_url)).as_dict()
+    assert report["affected"] == 2 and report["compared"] == report["agree"] == 2
+    assert report["mean_reward"] == report["full_mean_reward"] == 1.0
+    for r in report["runs"]:
+        # Steps 1 and 2 rebuilt from the trace (no call); step 3, the noted one, is the
+        # first request that differs from the recording: nothing more to serve.
+        assert r["step"] == 3 and r["served"] == 0
+        assert 0 < r["tokens"] < r["full_tokens"]
+    assert report["tokens"] < report["full_tokens"]
+
+
+async def test_first_affected_per_kind_of_change(tmp_path: Path) -> None:
+    async with ScriptedModelServer() as server:
+        server.script("m", model)
+        ((state, scope),) = await _runs(tmp_path, server.base_url, 1)
+    async with Coordinator.open(state) as coord:
+        def found(change: Change) -> Any:
+            return first_affected(coord, scope, change)
+
+        assert (await coord.io(found, Change(deny=("exec",))))[0] == 2  # the run step
+        assert (await coord.io(found, Change(deny=("fs.write",))))[0] == 3
+        assert (await coord.io(found, Change(system="be brief")))[0] == 1
+        assert await coord.io(found, Change(deny=("message",))) is None
+        assert await coord.io(found, Change()) is None
+        step, commit = await coord.io(found, Change(notes={3: HINT}))
+        # The fork commit is just before the third model call: two calls on its history.
+        calls = [e for e in coord.trace.log(commit) if e.effect is not None
+                 and e.effect.kind == "model.call"]
+        assert step == 3 and len(calls) == 2
+
+
+async def test_an_unaffected_run_is_not_replayed(tmp_path: Path) -> None:
+    async with ScriptedModelServer() as server:
+        server.script("m", model)
+        runs = await _runs(tmp_path, server.base_url, 1)
+        report = (await cro(runs, Change(deny=("message",)), test=TEST,
+                            base_url=server.base_url)).as_dict()
+    (r,) = report["runs"]
+    assert r["step"] is None and r["reward"] == 0.0 and r["tokens"] == r["full_tokens"] == 0
+
+
+async def test_the_cli_tries_a_change(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    from typer.testing import CliRunner
+
+    from coordinator.cli import app
+
+    async with ScriptedModelServer() as server:
+        server.script("m", model)
+        ((state, _),) = await _runs(tmp_path, server.base_url, 1)
+        args = ["rollouts", "cro", str(state), "--test", TEST, "--note", f"3:{HINT}",
+                "--base-url", server.base_url, "--json"]
+        out = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["runs"][0]["step"] == 3 and report["mean_reward"] == 1.0
+    assert report["tokens"] < report["full_tokens"]
