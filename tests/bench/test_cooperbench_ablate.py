@@ -121,6 +121,22 @@ def test_ablate_says_the_guards_block_made_the_unit_pass(server: ScriptedModelSe
             return read_tree(coord.trace, a["tree"])
 
     record = asyncio.run(tree())
+    # The export's rewards carry the evaluator's per-feature results and merge verdict.
+    from agents.rollouts import export_tree
+    from coordinator.store import open_trace
+
+    trace = open_trace(Path(r.trace))
+    try:
+        export_tree(trace, a["tree"], "rllm", tmp_path / "tree.jsonl")
+    finally:
+        trace.close()
+    episodes = {e["node_id"]: e for e in map(json.loads,
+                                             (tmp_path / "tree.jsonl").read_text().splitlines())}
+    assert episodes[pair["with_leaf"]]["info"]["feature_rewards"] == [1.0, 1.0]
+    assert episodes[pair["with_leaf"]]["info"]["merge_clean"] is True
+    assert episodes[pair["without_leaf"]]["info"]["feature_rewards"] == [0.0, 0.0]
+    assert episodes[pair["without_leaf"]]["info"]["merge_clean"] is False
+    assert [episodes[pair[k]]["reward"] for k in ("with_leaf", "without_leaf")] == [1.0, 0.0]
     leaves = {leaf.variant: leaf for leaf in record.leaves}
     assert leaves["with"].grade.evaluator == "cooperbench"
     assert [(f.id, f.passed) for f in leaves["with"].grade.features] == [(3, True), (4, True)]
