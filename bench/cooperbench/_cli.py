@@ -29,6 +29,7 @@ from ._report import plot, render, summarize, to_markdown
 from ._repos import base_repo, git
 from ._run import plan, run
 from ._spec import RunSpec
+from ._team_rules import SETTING_RULES
 from ._units import Unit
 
 __all__ = ["app", "main"]
@@ -81,7 +82,8 @@ def run_cmd(
     pairs: PairsOpt = None,
     group_size: GroupSizeOpt = None,
     groups: GroupsOpt = None,
-    settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised.")] = (
+    settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised, team, "
+                                   "supervised-team.")] = (
         "solo,coop,supervised"),
     merge: Annotated[str, typer.Option(help="Merge policies for grading, comma-separated: "
                                        "plain (0.0.29), union (<= 0.0.15), corral.")] = "plain",
@@ -134,7 +136,7 @@ def run_cmd(
             out=out_dir, dataset=dataset.resolve() if dataset else None,
             repos=repos.resolve() if repos else None, subset=subset, task=task,
             features=features, pairs=pairs, group_size=group_size, groups=groups,
-            settings=_check(_csv(settings), ("solo", "coop", "supervised"), "--settings"),
+            settings=_check(_csv(settings), tuple(SETTING_RULES), "--settings"),
             merges=_check(_csv(merge), ("plain", "union", "corral"), "--merge"),
             agent=agent, options=AgentOptions(model=model, base_url=base_url),
             supervisor=supervisor, messaging=messaging == "on", max_steps=max_steps,
