@@ -105,12 +105,13 @@ async def oracle_setup(coord: Coordinator, scopes: Sequence[Scope],
 
 async def oracle_handoff(w: OracleWorker, taker: OracleWorker, reason: str) -> None:
     """The team's side of a guard handoff (after `guard_handoff`): `w` releases its
-    tasks with a note saying why, `taker` claims them, and `w` notes it in the
-    scratchpad."""
+    tasks with a note saying why (claiming each again first, as `oracle_done` does),
+    `taker` claims them, and `w` notes it in the scratchpad."""
     if w.team is None or taker.team is None:
         return
     note = f"handed to {taker.name}: {reason}"[:500]
     for task in w.tasks:
+        await w.team.claim(task)  # again: a rebuild's rewind took out a later claim
         await w.team.release(task, note)
         if (await taker.team.claim(task)).won:
             taker.tasks.append(task)
