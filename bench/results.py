@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "render", "stamp"]
+__all__ = ["cooperbench_table", "main", "render", "stamp"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -139,6 +139,28 @@ def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
+def cooperbench_table(report: dict[str, Any]) -> list[str]:
+    """A `corral bench cooperbench` report's rows (setting and merge, group size) as a
+    Markdown table: units, passes, pass rate with its Wilson interval, merge-clean and
+    feature pass rates, handoffs, and the median seconds per unit (`timings_median_s`).
+    docs/cooperbench.md shows the same table for its committed reports."""
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{100 * x:.0f} %"
+
+    out = ["| setting | N | units | passed | pass rate (95 % CI) | merge clean | "
+           "feature pass | handoffs | s/unit (median) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report.get("rows", []):
+        lo, hi = r.get("wilson95") or (None, None)
+        ci = f" ({pct(lo).rstrip(' %')}\u2013{pct(hi)})" if lo is not None else ""
+        total = report.get("timings_median_s", {}).get(r["row"], {}).get("total")
+        secs = "—" if total is None else f"{total:.1f}"
+        out.append(f"| {r['row'].split(' N=')[0]} | {r['size']} | {r['counted']} | "
+                   f"{r['passed']} | {pct(r['pass_rate'])}{ci} | "
+                   f"{pct(r.get('merge_clean_rate'))} | {pct(r.get('feature_pass_rate'))} | "
+                   f"{r.get('handoffs', 0)} | {secs} |")
+    return out
+
+
 def _generic(report: dict[str, Any]) -> Iterator[str]:
     rows = list(_leaves(report))
     yield "| figure | value |"
@@ -177,7 +199,9 @@ def render(paths: Sequence[Path]) -> str:
         if ctx["backend"]:
             out += [f"Backend: `{ctx['backend']}`.", ""]
         substrate = ("sizes" in report and "targets" in report) or "team" in report
-        body = _substrate(report) if substrate else _generic(report)
+        cooperbench = "rows" in report and "per_task" in report
+        body = (_substrate(report) if substrate else iter(cooperbench_table(report))
+                if cooperbench else _generic(report))
         out += list(body)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

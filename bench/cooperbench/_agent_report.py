@@ -25,6 +25,8 @@ class TeamRecord(TypedDict, total=False):
     supervisor_actions: tuple[str, ...]
     resolved: tuple[str, ...]
     resolver_tokens: int
+    team_tasks: tuple[str, ...]
+    team_notes: dict[str, str]
 
 
 @dataclass

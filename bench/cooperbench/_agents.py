@@ -100,12 +100,14 @@ def task_text(features: tuple[Feature, ...], teammates: tuple[str, ...], messagi
 
 def context(coord: Coordinator, scope: Scope, features: tuple[Feature, ...],
             provider: Provider | None, *, max_steps: int, max_tokens: int | None,
-            retries: int = 4, teammates: tuple[str, ...] = (), messaging: bool = True
-            ) -> AgentContext:
-    """What one agent of a unit is given: its scope, its features' text, its share of
-    the unit's budget, its teammates (by scope name)."""
+            retries: int = 4, teammates: tuple[str, ...] = (), messaging: bool = True,
+            team: str | None = None, text: str | None = None) -> AgentContext:
+    """What one agent of a unit is given: its scope, its features' text (or `text`), its
+    share of the unit's budget, its teammates (by scope name), its team (the team
+    settings)."""
     from agents import AgentContext, Budget
 
-    return AgentContext(coord, scope, task_text(features, teammates, messaging), provider,
+    return AgentContext(coord, scope, text or task_text(features, teammates, messaging),
+                        provider,
                         Budget(max_steps=max_steps, max_tokens=max_tokens, retries=retries),
-                        name=scope.name, teammates=teammates, messaging=messaging)
+                        name=scope.name, teammates=teammates, messaging=messaging, team=team)

@@ -29,6 +29,7 @@ from ._report import ablation_lines, plot, render, summarize, to_markdown
 from ._repos import base_repo, git
 from ._run import plan, run
 from ._spec import RunSpec
+from ._team_rules import SETTING_RULES
 from ._units import Unit
 
 __all__ = ["app", "main"]
@@ -81,7 +82,8 @@ def run_cmd(
     pairs: PairsOpt = None,
     group_size: GroupSizeOpt = None,
     groups: GroupsOpt = None,
-    settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised.")] = (
+    settings: Annotated[str, typer.Option(help="Comma-separated: solo, coop, supervised, team, "
+                                   "supervised-team.")] = (
         "solo,coop,supervised"),
     merge: Annotated[str, typer.Option(help="Merge policies for grading, comma-separated: "
                                        "plain (0.0.29), union (<= 0.0.15), corral.")] = "plain",
@@ -135,7 +137,7 @@ def run_cmd(
             out=out_dir, dataset=dataset.resolve() if dataset else None,
             repos=repos.resolve() if repos else None, subset=subset, task=task,
             features=features, pairs=pairs, group_size=group_size, groups=groups,
-            settings=_check(_csv(settings), ("solo", "coop", "supervised"), "--settings"),
+            settings=_check(_csv(settings), tuple(SETTING_RULES), "--settings"),
             merges=_check(_csv(merge), ("plain", "union", "corral"), "--merge"),
             agent=agent, options=AgentOptions(model=model, base_url=base_url),
             supervisor=supervisor, messaging=messaging == "on", max_steps=max_steps,
@@ -332,6 +334,69 @@ def conflicts_cmd(
                       f"(apply {'/'.join(d['apply'])}), theirs {d['theirs']} (apply failed "
                       f"{d['their_apply_failed']})")
     _emit_json(data, json_flag, json_out)
+
+
+@app.command("census")
+def census_cmd(
+    dataset: DatasetOpt = None,
+    repos: ReposOpt = None,
+    task: TaskOpt = None,
+    pairs: PairsOpt = None,
+    group_size: GroupSizeOpt = None,
+    groups: GroupsOpt = None,
+    script_repo: Annotated[Path | None, typer.Option(
+        help="A git repository of cooperbench/CooperBench (default: "
+             "<repos>/cooperbench+CooperBench/repo).")] = None,
+    script_ref: Annotated[str, typer.Option(help="The script's commit or branch.")] = "main",
+    env_cache: CacheOpt = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+) -> None:
+    """The census checked against CooperBench's own check_gold_conflicts.py: its filter
+    and merge steps, read from its source, run on every pair (of every group), and the
+    dataset's gold_conflict_report.json. Exits 1 when anything differs."""
+    from ._census_check import PairScript, check_task, report_comparison, script_source
+
+    ds = dataset.resolve() if dataset else mini_suite() / "dataset"
+    cache = (env_cache or Path(".corral-bench") / "cache").resolve()
+    spec = RunSpec(out=cache, dataset=ds if dataset else None,
+                   repos=repos.resolve() if repos else None, task=task, pairs=pairs,
+                   group_size=group_size, groups=groups)
+    where = script_repo or (repos.resolve() / "cooperbench+CooperBench" / "repo" if repos
+                            else None)
+    if where is None:
+        _fail("give --script-repo (a git repository of cooperbench/CooperBench) or --repos")
+        return
+    try:
+        tasks, chosen = plan(spec)
+        script = PairScript(script_source(where, script_ref))
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+        return
+    checks = []
+    for key in sorted({g.task for g in chosen}):
+        t = tasks[key]
+        checks.append(check_task(script, t, base_repo(t, spec.repos_dir, cache),
+                                 cache / "census-check" / key.replace("/", "-"),
+                                 [g for g in chosen if g.task == key]))
+    out = err if json_flag else console
+    table = Table("task", "groups", "conflict (fold)", "script pairs", "script differs",
+                  "filter differs", title=f"Census against {where}: "
+                  f"check_gold_conflicts.py at {script_ref}")
+    for c in checks:
+        table.add_row(c.task, str(len(c.rows)), str(sum(r.verdict == "conflict" for r in c.rows)),
+                      str(c.pairs), str(len(c.differences)), str(len(c.filter_differences)))
+    out.print(table)
+    data: dict[str, Any] = {"script_ref": script_ref, "tasks": [c.as_dict() for c in checks]}
+    cmp = report_comparison(checks, ds / "gold_conflict_report.json")
+    if cmp is not None:
+        data["report"] = cmp
+        out.print(f"gold_conflict_report.json: {cmp['compared']} pairs compared, "
+                  f"{len(cmp['differences'])} differ")
+    _emit_json(data, json_flag, json_out)
+    if any(c.differences or c.filter_differences for c in checks) or (
+            cmp is not None and cmp["differences"]):
+        raise typer.Exit(1)
 
 
 @app.command("check")

@@ -70,6 +70,11 @@ class OracleWorker:
         self.steps = 0
         self.team: TeamAccess | None = None
         """Its team, in the team settings (the lead adds the tasks, members claim them)."""
+        self.tasks: list[str] = []
+        """The team's tasks it owns (its claim, and those handed to it)."""
+        self.base: str | None = None
+        """Where a rewind of its scope goes (None: the fork point). In the team settings
+        the head after its team setup, so a rewind keeps the task list and its claim."""
 
     @property
     def name(self) -> str:
@@ -77,6 +82,7 @@ class OracleWorker:
 
     def restart(self, scope: Scope) -> None:
         self.scope = scope
+        self.base = None
         self.queue = deque(oracle_steps(self.feature))
         self.held = self.held[:1]
         self.begun = set()
@@ -103,16 +109,18 @@ class OracleWorker:
     async def rebuild(self) -> None:
         """Start over in agent order: the scope rewound to its fork point, every held
         feature queued from its first hunk."""
-        await _clear(self.scope)
+        await _clear(self)
         self.begun = set()
         self.reordered = False
         self.queue = deque(s for _, f in self.held for s in oracle_steps(f))
 
 
-async def _clear(scope: Scope) -> None:
-    """Rewind `scope` to its fork point (its branch holds nothing of its own then)."""
-    if scope.head != scope.fork_point:
-        await scope.rewind(to=scope.fork_point, cause=None)
+async def _clear(w: OracleWorker) -> None:
+    """Rewind `w`'s scope to its fork point, or in a team to the head after its team
+    setup (`base`): its branch holds none of its files' work then."""
+    to = w.base or w.scope.fork_point
+    if w.scope.head != to:
+        await w.scope.rewind(to=to, cause=None)
 
 
 async def oracle_turn(w: OracleWorker, budget: PairBudget, report: AgentReport,
@@ -176,7 +184,7 @@ async def guard_handoff(w: OracleWorker, other: OracleWorker, budget: PairBudget
     w.lost.clear()
     w.stopped = "handed off"
     w.handed_to = other.name
-    await _clear(w.scope)
+    await _clear(w)
     ids = ", ".join(str(f.id) for _, f in given)
     await w.scope.send(other.name, f"handoff: feature(s) {ids} are yours")
     other.take(given)

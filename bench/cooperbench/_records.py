@@ -21,7 +21,7 @@ __all__ = [
 
 FORMAT_VERSION = 2
 
-Setting = Literal["solo", "coop", "supervised"]
+Setting = Literal["solo", "coop", "supervised", "team", "supervised-team"]
 """How a unit's features are worked. A further setting is a name here, its rules in
 `_team_rules.SETTING_RULES` (one agent for all features or one per feature; under the
 supervisor or not) and its work in `_team.TEAMS`."""
@@ -112,6 +112,10 @@ class PairResult(_Frozen):
     resolved: tuple[str, ...] = ()
     """Paths whose conflict the LLM resolver resolved (merge policy corral)."""
     resolver_tokens: int = 0
+    team_tasks: tuple[str, ...] = ()
+    """The team settings: the task list as the unit ended (`id status owner: title`)."""
+    team_notes: dict[str, str] = Field(default_factory=dict)
+    """The team settings: the scratchpad as the unit ended (path -> text)."""
     trace: str = ""
     """The pair's coordinator state directory (open it with `corral trace`)."""
     scopes: dict[str, str] = Field(default_factory=dict)

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
-from coordinator import Coordinator, Scope, SupervisorAction
+from coordinator import Coordinator, Scope, SupervisorAction, Team
 
 from ._agent_report import AgentReport
 from ._agents import AgentChoice, context
@@ -28,6 +28,14 @@ from ._oracle import OracleAgent
 from ._oracle_team import OracleWorker, guard_handoff, oracle_turn, receiver
 from ._records import Setting
 from ._team_rules import SETTING_RULES, PairBudget, PairRules, TeamConfig, supervisor_model
+from ._team_tasks import (
+    make_team,
+    oracle_done,
+    oracle_handoff,
+    oracle_setup,
+    team_record,
+    team_text,
+)
 
 if TYPE_CHECKING:
     from agents import AgentContext, AgentResult, CodingAgent, LLMSupervisor
@@ -61,6 +69,8 @@ async def work(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     one_agent = SETTING_RULES[setting].one_agent
     try:
         report = await TEAMS[setting](cfg, coord, scopes, features, setting, agent, budget)
+        if SETTING_RULES[setting].team:
+            report.record.update(await team_record(coord, scopes[0]))
     finally:
         budget.close()
     report.record.update({"max_steps": cfg.max_steps, "max_tokens": cfg.max_tokens,
@@ -94,14 +104,19 @@ async def _team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     return await _model_team(cfg, coord, scopes, features, setting, agent, budget)
 
 
-TEAMS: dict[Setting, TeamWork] = {"solo": _solo, "coop": _team, "supervised": _team}
+TEAMS: dict[Setting, TeamWork] = {"solo": _solo, "coop": _team, "supervised": _team,
+                                  "team": _team, "supervised-team": _team}
+"""The team settings work as coop and supervised do, the agents one Corral team
+(`_team_tasks`): the oracles claim their tasks and note their work by hand, a model
+agent has the team's tools."""
 
 
 async def _run_agents(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scope],
                       features: Sequence[tuple[Feature, ...]], agent: AgentChoice,
-                      max_steps: int, max_tokens: int | None) -> AgentReport:
-    """`agent` in each of `scopes` at once, on its features, each with a provider of
-    its own; their reports summed."""
+                      max_steps: int, max_tokens: int | None, team: TeamUnit | None = None
+                      ) -> AgentReport:
+    """`agent` in each of `scopes` at once, on its features (in a team: the team's task
+    text), each with a provider of its own; their reports summed."""
     assert agent.agent is not None
     run = agent.agent
 
@@ -116,7 +131,8 @@ async def _run_agents(cfg: TeamConfig, coord: Coordinator, scopes: Sequence[Scop
                 coord, s, f, p, max_steps=max_steps, max_tokens=max_tokens,
                 retries=agent.options.retries,
                 teammates=tuple(n for n in names if n != s.name),
-                messaging=cfg.messaging if len(scopes) > 1 else True)))
+                messaging=cfg.messaging if len(scopes) > 1 else True,
+                **(team.of(s) if team is not None else {}))))
                 for s, f, p in zip(scopes, features, providers, strict=True)]
     finally:
         for p in providers:
@@ -143,8 +159,10 @@ async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     the blocked hunk and the rest to the receiver; anything else leaves the blocked
     hunk lost."""
     report = AgentReport()
-    workers = [OracleWorker(s, f, k) for k, (s, f) in enumerate(zip(scopes, features,
-                                                                    strict=True))]
+    in_team = SETTING_RULES[setting].team
+    workers = (await oracle_setup(coord, scopes, features) if in_team else
+               [OracleWorker(s, f, k) for k, (s, f) in enumerate(zip(scopes, features,
+                                                                     strict=True))])
     by_name = {w.name: w for w in workers}
     sup, sup_provider = await _start_supervisor(cfg, coord, workers)
     guarded = SETTING_RULES[setting].supervised and sup is None
@@ -165,6 +183,8 @@ async def _oracle_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                     continue
                 if guarded:
                     await _blocked(cfg, w, workers, result.reason, budget, report)
+        if in_team:
+            await oracle_done(workers)
     finally:
         if sup is not None:
             await _close_supervisor(sup, sup_provider, report)
@@ -181,6 +201,7 @@ async def _blocked(cfg: TeamConfig, w: OracleWorker, workers: Sequence[OracleWor
                             + ("(messaging off)" if not cfg.messaging else "(nobody left)"))
         return
     await guard_handoff(w, taker, budget, report)
+    await oracle_handoff(w, taker, reason)
 
 
 def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker],
@@ -220,18 +241,34 @@ async def _model_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
     n = max(1, len(scopes))
     per_agent = max(1, cfg.max_steps // n)
     tokens = cfg.max_tokens // n if cfg.max_tokens else None
+    if supervisor_model(cfg.supervisor) is not None and SETTING_RULES[setting].supervised \
+            and not agent.builtin:
+        raise ValueError("--supervisor llm:... steers the oracle and builtin agents only")
+    team = (TeamUnit(*await make_team(coord, scopes, features), features)
+            if SETTING_RULES[setting].team else None)
     if agent.builtin:
         return await _coding_team(cfg, coord, scopes, features, agent, budget, per_agent,
-                                  tokens)
-    if supervisor_model(cfg.supervisor) is not None and SETTING_RULES[setting].supervised:
-        raise ValueError("--supervisor llm:... steers the oracle and builtin agents only")
+                                  tokens, team)
     return await _run_agents(cfg, coord, scopes, [(f,) for f in features], agent, per_agent,
-                             tokens)
+                             tokens, team)
+
+
+class TeamUnit:
+    """A team unit's team, for its model agents' contexts: the team's name and each
+    member's task text (`_team_tasks.team_text`)."""
+
+    def __init__(self, team: Team, ids: list[str], features: Sequence[Feature]) -> None:
+        self.team, self.ids, self.features = team, ids, features
+
+    def of(self, scope: Scope) -> dict[str, str]:
+        return {"team": self.team.name,
+                "text": team_text(self.features, scope.name, self.team.lead, self.ids)}
 
 
 async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
                        features: tuple[Feature, ...], agent: AgentChoice,
-                       budget: PairBudget, per_agent: int, tokens: int | None) -> AgentReport:
+                       budget: PairBudget, per_agent: int, tokens: int | None,
+                       team: TeamUnit | None = None) -> AgentReport:
     from agents import CodingAgent
     from agents.supervisor import run_to_rest
 
@@ -243,7 +280,7 @@ async def _coding_team(cfg: TeamConfig, coord: Coordinator, scopes: list[Scope],
         CodingAgent.from_context(context(
             coord, s, (f,), p, max_steps=per_agent, max_tokens=tokens,
             retries=agent.options.retries, teammates=tuple(n for n in names if n != s.name),
-            messaging=cfg.messaging))
+            messaging=cfg.messaging, **(team.of(s) if team is not None else {})))
         for s, f, p in zip(scopes, features, providers, strict=True)]
     by_name = {w.name: w for w in workers}
     report = AgentReport()

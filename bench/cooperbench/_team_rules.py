@@ -61,12 +61,17 @@ class SettingRules:
     merge; else one agent (`….agent<k>`) per feature, graded by the fold."""
     supervised: bool
     """The supervisor's policies (`--supervisor`) are in the unit's chain."""
+    team: bool = False
+    """The agents are one Corral team, with its task list and scratchpad
+    (`_team_tasks`): CooperBench 0.0.2x's team setting."""
 
 
 SETTING_RULES: dict[Setting, SettingRules] = {
     "solo": SettingRules(one_agent=True, supervised=False),
     "coop": SettingRules(one_agent=False, supervised=False),
     "supervised": SettingRules(one_agent=False, supervised=True),
+    "team": SettingRules(one_agent=False, supervised=False, team=True),
+    "supervised-team": SettingRules(one_agent=False, supervised=True, team=True),
 }
 
 

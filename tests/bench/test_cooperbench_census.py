@@ -1,15 +1,14 @@
 """The gold-conflict census (`corral bench cooperbench conflicts`): CooperBench's
-`scripts/check_gold_conflicts.py` rule, folded for groups. For pairs it must give the
-script's own verdicts: the script's filter and merge steps are read from its source (a
-local mirror of cooperbench/CooperBench) and run here with stock git, and on the real
-dataset the census must give `gold_conflict_report.json`'s verdicts."""
+`scripts/check_gold_conflicts.py` rule, folded for groups; and its check against the
+script (`corral bench cooperbench census`, `_census_check`), which reads the script's
+filter and merge steps from its source and runs them with stock git. Here the script is
+a stand-in written for the suite (`_gold_script`, the same rule; a broken variant the
+check must catch); the check against the real script and `gold_conflict_report.json`
+on the real dataset is the bench command (docs/cooperbench.md, "The census checked")."""
 
 from __future__ import annotations
 
-import ast
 import json
-import os
-import subprocess
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -17,61 +16,18 @@ from typing import Any
 import pytest
 
 from bench.cooperbench import GoldFold, Group, load_tasks, mini_suite
-from bench.cooperbench._census import census_task, compare_with_report, script_filter
+from bench.cooperbench._census import census_task, script_filter
+from bench.cooperbench._census_check import PairScript, check_task, script_source
+from bench.cooperbench._cli import main as cli_main
 from bench.cooperbench._dataset import Task
-from bench.cooperbench._repos import _GIT_ENV, base_repo, git
-
-MIRRORS = Path(os.environ.get("CORRAL_COOPERBENCH_MIRRORS", "/work/.mirror"))
-DATASET = Path(os.environ.get("CORRAL_COOPERBENCH_DATASET", "/work/cb-data/dataset"))
-_SCRIPT_REPO = MIRRORS / "cooperbench+CooperBench" / "repo"
+from bench.cooperbench._repos import base_repo, git
+from tests.bench._gold_script import script_repo
 
 
-def _script_source() -> str | None:
-    if not _SCRIPT_REPO.exists():
-        return None
-    r = subprocess.run(["git", "--git-dir", str(_SCRIPT_REPO), "show",
-                        "main:scripts/check_gold_conflicts.py"], capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
-
-
-SCRIPT = _script_source()
-needs_script = pytest.mark.skipif(SCRIPT is None, reason=f"no mirror of cooperbench/CooperBench "
-                                  f"at {_SCRIPT_REPO} (CORRAL_COOPERBENCH_MIRRORS)")
-
-
-class PairScript:
-    """The pair script's own `filter_test_files` and the shell steps of its
-    `check_one_pair` (its `merge_script`), taken from its source, run on a checkout."""
-
-    def __init__(self, source: str) -> None:
-        tree = ast.parse(source)
-        funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        namespace: dict[str, Any] = {}
-        exec(compile(ast.Module([funcs["filter_test_files"]], []), "script", "exec"),
-             namespace)
-        self.filter = namespace["filter_test_files"]
-        self.template = next(
-            n.value for n in ast.walk(funcs["check_one_pair"]) if isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "merge_script" for t in n.targets))
-
-    def run(self, repo: Path, work: Path, f1: int, f2: int, p1: str, p2: str
-            ) -> tuple[bool, bool, bool]:
-        """(has_conflict, patch1_apply_failed, patch2_apply_failed), as the script reads
-        them from its output."""
-        git(work.parent, "clone", "-q", "--shared", str(repo), str(work))
-        patches = work.parent / f"{work.name}-patches"
-        patches.mkdir()
-        (patches / "patch1.patch").write_text(self.filter(p1))
-        (patches / "patch2.patch").write_text(self.filter(p2))
-        script = eval(compile(ast.Expression(self.template), "script", "eval"),
-                      {"f1": f1, "f2": f2})
-        script = script.replace("/workspace/repo", str(work)).replace("/patches/",
-                                                                       f"{patches}/")
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                           env={**os.environ, **_GIT_ENV})
-        out = r.stdout + r.stderr
-        return ("MERGE_RESULT=conflict" in out, "PATCH1_APPLY_FAILED" in out,
-                "PATCH2_APPLY_FAILED" in out)
+def _script(tmp: Path, verdict: str = "clean") -> PairScript:
+    """The stand-in script (`tests/bench/_gold_script.py`) as the census command reads
+    it: from a git repository, at main."""
+    return PairScript(script_source(script_repo(tmp / f"script-repo-{verdict}", verdict=verdict)))
 
 
 def _census(task: Task, repo: Path, work: Path, groups: list[tuple[int, ...]],
@@ -97,12 +53,10 @@ def _agrees(script: PairScript, task: Task, repo: Path, tmp: Path,
                 row.apply[1] == "failed") == theirs, (task.key, a, b)
 
 
-@needs_script
 def test_the_filter_is_the_scripts(tmp_path: Path) -> None:
     """`script_filter` drops what the script's `filter_test_files` drops, on patches of
-    test and non-test paths alike."""
-    assert SCRIPT is not None
-    theirs = PairScript(SCRIPT).filter
+    test and non-test paths alike (the function read out of the script's source)."""
+    theirs = _script(tmp_path).filter
     diff = "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
                    for p in ("src/x.py", "tests/test_x.py", "src/test_y.py", "pkg/a_test.py",
                              "test/z.go", "src/tests.py", "spec/x_spec.rb", "src/y.py"))
@@ -112,27 +66,61 @@ def test_the_filter_is_the_scripts(tmp_path: Path) -> None:
     assert "tests/test_x.py" not in script_filter(diff)
 
 
-@needs_script
+@pytest.mark.slow
 def test_for_pairs_the_census_gives_the_scripts_verdicts(tmp_path: Path) -> None:
     """On textkit's pairs (1-2 rewrite one function, 3-4 one import block, the others
     merge) the census's verdicts and failed applies are those of the script's own
     steps (every pair of the mini suite: the slow test below)."""
-    assert SCRIPT is not None
     task, repo = _mini("textkit", tmp_path / "cache")
     pairs = [(1, 2), (1, 3), (2, 5), (3, 4), (4, 5)]
-    _agrees(PairScript(SCRIPT), task, repo, tmp_path, pairs)
+    _agrees(_script(tmp_path), task, repo, tmp_path, pairs)
     assert [p for p, r in _census(task, repo, tmp_path / "c2", pairs).items()
             if r.verdict == "conflict"] == [(1, 2), (3, 4)]
 
 
 @pytest.mark.slow
-@needs_script
 @pytest.mark.parametrize("lib", ["textkit", "invoice", "kvstore", "shapes"])
 def test_for_every_mini_pair_the_census_gives_the_scripts_verdicts(lib: str,
                                                                    tmp_path: Path) -> None:
-    assert SCRIPT is not None
     task, repo = _mini(lib, tmp_path / "cache")
-    _agrees(PairScript(SCRIPT), task, repo, tmp_path, list(combinations(task.features, 2)))
+    _agrees(_script(tmp_path), task, repo, tmp_path, list(combinations(task.features, 2)))
+
+
+@pytest.mark.slow
+def test_the_check_finds_a_script_that_disagrees(tmp_path: Path) -> None:
+    """`check_task` on textkit 1-3 and 1-2: with the script's rule no pair differs;
+    with a script that calls every merge a conflict, the clean pair 1-3 differs (and
+    only it), so the check can fail."""
+    task, repo = _mini("textkit", tmp_path / "cache")
+    groups = [Group(task.key, (1, 3)), Group(task.key, (1, 2))]
+    good = check_task(_script(tmp_path), task, repo, tmp_path / "good", groups)
+    assert good.pairs == 2 and good.differences == [] and good.filter_differences == []
+    bad = check_task(_script(tmp_path, "conflict"), task, repo, tmp_path / "bad", groups)
+    assert [d["pair"] for d in bad.differences] == [[1, 3]]
+
+
+@pytest.mark.slow
+def test_the_census_command_checks_a_group_by_its_pairs(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """`corral bench cooperbench census --group-size 3` on textkit 1-2-3: the fold
+    conflicts, the script's steps run on its three pairs and agree (exit 0); against
+    the broken script it exits 1."""
+    repo = script_repo(tmp_path / "s")
+    args = ["census", "--task", "textkit", "--pairs", "1-2-3", "--group-size", "3",
+            "--script-repo", str(repo), "--env-cache", str(tmp_path / "cache"), "--json"]
+    with pytest.raises(SystemExit) as done:
+        cli_main(args)
+    assert done.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    (t,) = data["tasks"]
+    assert t["script_pairs"] == 3 and t["differences"] == []
+    assert [g["verdict"] for g in t["groups"]] == ["conflict"]
+    broken = script_repo(tmp_path / "b", verdict="conflict")
+    args[args.index(str(repo))] = str(broken)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(args)
+    assert exit_.value.code == 1
 
 
 def test_a_group_conflicts_at_the_fold_step_that_does(tmp_path: Path) -> None:
@@ -150,27 +138,3 @@ def test_a_group_conflicts_at_the_fold_step_that_does(tmp_path: Path) -> None:
     kv, kv_repo = _mini("kvstore", tmp_path / "cache")
     (row,) = _census(kv, kv_repo, tmp_path / "k", [(1, 3, 4, 5)]).values()
     assert (row.verdict, row.step, row.apply) == ("clean", None, ("applied",) * 4)
-
-
-_REAL = ["samuelcolvin_dirty_equals_task/task43", "pallets_click_task/task2068",
-         "pallets_click_task/task2800", "pallets_click_task/task2956"]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not (DATASET / "gold_conflict_report.json").exists() or not (
-    MIRRORS / "pallets+click").exists(), reason=f"no CooperBench dataset at {DATASET} or no "
-                    f"upstream mirrors at {MIRRORS}")
-def test_for_real_pairs_the_census_gives_the_reports_verdicts(tmp_path: Path) -> None:
-    """dirty-equals task43 and the three click tasks: all 151 pairs as in
-    `gold_conflict_report.json`, which the script made."""
-    tasks = load_tasks(DATASET)
-    rows = []
-    for key in _REAL:
-        task = tasks[key]
-        repo = base_repo(task, MIRRORS, tmp_path / "cache")
-        pairs = list(combinations(task.features, 2))
-        rows.extend(_census(task, repo, tmp_path / key.replace("/", "-"), pairs).values())
-    cmp = compare_with_report(rows, DATASET / "gold_conflict_report.json")
-    assert cmp == {"compared": 151, "differences": []}
-    assert json.loads((DATASET / "gold_conflict_report.json").read_text())["summary"][
-        "total_pairs"] >= 151
