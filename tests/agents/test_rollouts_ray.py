@@ -5,12 +5,18 @@ and a worker killed mid-sibling is retried without losing a finished leaf."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 import os
 import re
 import shutil
 import signal
-from collections.abc import Iterator
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,7 @@ from agents.rollouts._ray import RayExecutor, connect  # noqa: E402
 from coordinator import Coordinator  # noqa: E402
 from tests.agents._rollouts_run import TEST, record_run, scripts  # noqa: E402
 
-pytestmark = pytest.mark.slow
+RAY = Path(sys.executable).parent / "ray"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -93,6 +99,7 @@ def grown(tmp_path_factory: pytest.TempPathFactory, cluster: None) -> Iterator[A
     yield asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_tree_grown_on_ray_equals_the_local_one(grown: dict[str, Any]) -> None:
     local, live_local = grown["local"]
     on_ray, live_ray = grown["ray"]
@@ -102,6 +109,7 @@ def test_a_tree_grown_on_ray_equals_the_local_one(grown: dict[str, Any]) -> None
     assert live_ray == live_local  # every leaf's scopes (and grading scope) live on the driver
 
 
+@pytest.mark.slow
 def test_the_adopted_leaves_reopen_from_the_drivers_trace(grown: dict[str, Any]) -> None:
     async def heads() -> dict[str, str]:
         async with Coordinator.open(grown["tmp"] / "ray") as coord:
@@ -112,9 +120,67 @@ def test_the_adopted_leaves_reopen_from_the_drivers_trace(grown: dict[str, Any])
     assert len(found) == 12
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_sibling_is_retried_and_no_leaf_is_lost(
         grown: dict[str, Any]) -> None:
     assert grown["marker"]  # the worker was killed once, in f1s1, after grading
     killed, live = grown["killed"]
     assert killed == grown["local"][0]
     assert live == grown["local"][1]
+
+
+def test_an_unknown_executor_is_refused(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from coordinator.cli import app
+
+    done = CliRunner().invoke(app, ["rollouts", "grow", "--state", str(tmp_path / "s"),
+                                    "--every", "1", "--executor", "dask"])
+    assert done.exit_code == 1 and "unknown executor 'dask'" in done.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_the_cli_grows_on_a_cluster_at_an_address(
+        tmp_path: Path, served: Callable[[dict[str, Any]], str]) -> None:
+    """`corral rollouts grow --executor ray --address` joins a cluster started apart
+    (`ray start --head` on 127.0.0.1), its leaves graded and kept in the state."""
+    url = served(scripts())
+    state = asyncio.run(record_run(tmp_path, url))
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # its sockets' paths must be short
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd()),
+           "RAY_AUTH_MODE": "disabled"}
+    head = subprocess.Popen(
+        [str(RAY), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+         f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+         f"--temp-dir={temp}"], env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "rollouts", "grow", "--state",
+             str(state), "--interventions", "-k", "2", "--test", TEST, "--base-url", url,
+             "--tree", "rt-addr", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+             "--json"], env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # the head's group: this test started it
+        try:
+            head.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # what SIGTERM left (the GCS server)
+        head.wait(10)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert len(record["leaves"]) == 2 * len(record["forks"]) > 0
+    assert {leaf["status"] for leaf in record["leaves"]} == {"graded"}
+    listed = subprocess.run([sys.executable, "-m", "coordinator.cli", "rollouts", "list",
+                             "--state", str(state)], env=env, capture_output=True, text=True)
+    assert listed.stdout.startswith("rt-addr\t")
