@@ -130,7 +130,7 @@ async def _ray(work: Path, k: int, steps: int, backend: str | None) -> dict[str,
     and on a local Ray cluster of 2 workers; siblings per second of each (None: no Ray).
     A warm-up tree first starts the Ray workers; the timed tree pays its shipping."""
     try:
-        from agents.rollouts._ray import RayExecutor, connect
+        from agents.rollouts.on_ray import RayExecutor, connect
     except ImportError:
         return None
     from agents import CodingAgent, ModelCaller

@@ -15,7 +15,7 @@ members only, never with other leaves or the recorded run.
 Budgets (`max_tokens`, `max_cost`: the live tokens and USD of the whole tree) stop the
 running agents at their next step and start no more siblings. Siblings run on an
 `Executor`: `LocalExecutor` runs `parallel` of them at once in this process;
-`_ray.RayExecutor` runs each as a Ray task (a sibling is a `SiblingJob`).
+`on_ray.RayExecutor` runs each as a Ray task (a sibling is a `SiblingJob`).
 """
 
 from __future__ import annotations

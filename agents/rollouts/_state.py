@@ -102,7 +102,7 @@ async def grow_in_state(
 ) -> TreeRecord:
     """Open the state, choose the fork points and grow the tree (see `grow`). The team
     defaults to `default_team`; `base_url` and `max_steps` to the run record's. With
-    `executor="ray"` each sibling is a Ray task (`_ray.RayExecutor`) on the cluster at
+    `executor="ray"` each sibling is a Ray task (`on_ray.RayExecutor`) on the cluster at
     `address` (None: a local one started here). Raises ValueError when no fork point is
     chosen (or for a bad option, or Ray missing), plus what `grow` raises."""
     url, steps = run_defaults(state, base_url, max_steps)
@@ -132,7 +132,7 @@ def executor_for(name: str, address: str | None, base_url: str | None, tokens: b
     if name != "ray":
         raise ValueError(f"unknown executor {name!r}: local or ray")
     try:
-        from ._ray import RayExecutor, connect
+        from .on_ray import RayExecutor, connect
     except ImportError as e:
         raise ValueError(f"--executor ray needs Ray (pip install 'ray'): {e}") from e
     connect(address)

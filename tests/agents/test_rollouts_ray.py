@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 
 from agents.model_server import ScriptedModelServer  # noqa: E402
 from agents.rollouts import SiblingJob, TreeRecord, fork_points, grow, siblings  # noqa: E402
-from agents.rollouts._ray import RayExecutor, connect  # noqa: E402
+from agents.rollouts.on_ray import RayExecutor, connect  # noqa: E402
 from coordinator import Coordinator  # noqa: E402
 from tests.agents._rollouts_run import TEST, record_run, scripts  # noqa: E402
 

@@ -22,6 +22,7 @@ Ray is imported here only: `corral rollouts grow --executor ray` needs it, nothi
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import shutil
 import tempfile
@@ -82,7 +83,7 @@ class _Spec:
 @dataclass
 class _Base:
     ref: Any
-    shipment: Shipment
+    """The shipment in Ray's object store."""
 
 
 @dataclass
@@ -121,7 +122,7 @@ class RayExecutor:
         async with self._shipping:
             if job.fork.id not in self._bases:
                 shipment = await self.grower.coord.ship()
-                self._bases[job.fork.id] = _Base(ray.put(shipment), shipment)
+                self._bases[job.fork.id] = _Base(ray.put(shipment))
             return self._bases[job.fork.id]
 
     def _spec(self, job: SiblingJob) -> _Spec:
@@ -147,7 +148,9 @@ def _local_base(ref: Any) -> tuple[Path, frozenset[str]]:
     key = ref.hex()
     if key not in _STATES:
         shipment: Shipment = ray.get(ref)
-        state = Path(tempfile.mkdtemp(prefix="corral-ray-base-")) / "state"
+        home = tempfile.mkdtemp(prefix="corral-ray-base-")
+        atexit.register(shutil.rmtree, home, ignore_errors=True)  # a clean exit's
+        state = Path(home) / "state"
         receive_state(shipment, state)
         _STATES[key] = (state, shipment.objects)
     return _STATES[key]
