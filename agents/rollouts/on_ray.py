@@ -142,6 +142,8 @@ class RayExecutor:
 
 _STATES: dict[str, tuple[Path, frozenset[str]]] = {}
 """This worker process's bases: the unpacked state and its object ids, by object id."""
+_KEEP = 2
+"""Bases a worker keeps unpacked (Ray kills its workers at shutdown: no exit hook runs)."""
 
 
 def _local_base(ref: Any) -> tuple[Path, frozenset[str]]:
@@ -152,6 +154,9 @@ def _local_base(ref: Any) -> tuple[Path, frozenset[str]]:
         atexit.register(shutil.rmtree, home, ignore_errors=True)  # a clean exit's
         state = Path(home) / "state"
         receive_state(shipment, state)
+        while len(_STATES) >= _KEEP:  # fork nodes come one after another: drop the oldest
+            old, _ = _STATES.pop(next(iter(_STATES)))
+            shutil.rmtree(old.parent, ignore_errors=True)
         _STATES[key] = (state, shipment.objects)
     return _STATES[key]
 
