@@ -160,6 +160,8 @@ def bench_rollouts(
     steps: Annotated[int, typer.Option(help="Model calls of the recorded run.")] = 30,
     at: Annotated[str, typer.Option(help="Steps to fork before (comma-separated; 1 is the "
                                     "full re-run).")] = "1,10,20,29",
+    ray_siblings: Annotated[int, typer.Option(
+        help="Siblings timed on a local Ray cluster of 2 workers (0: skip).")] = 8,
     backend: BackendOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
@@ -170,7 +172,8 @@ def bench_rollouts(
 
     target = json_target(json_flag, json_out, legacy_json)  # before any work
     report = rollouts_bench.run(history, runs, steps,
-                                [int(k) for k in at.split(",") if k.strip()], backend)
+                                [int(k) for k in at.split(",") if k.strip()], backend,
+                                ray_siblings)
     show_report(rollouts_bench.render(report), report, target)
 
 

@@ -66,13 +66,9 @@ async def _siblings(work: Path, history: int, runs: int, backend: str | None
             "meets_target": median <= TARGET_MS}
 
 
-async def _suffix(work: Path, steps: int, at: Sequence[int], backend: str | None
-                  ) -> dict[str, Any]:
-    from agents import CodingAgent, ModelCaller
-    from agents.model_server import Reply, ScriptedCall, ScriptedModelServer
-    from agents.providers import OpenAIProvider
-    from agents.rollouts import Sampling, fork_points, grow
-    from coordinator import Coordinator
+def _script(steps: int) -> Any:
+    """A model that writes one note per step and finishes at step `steps`."""
+    from agents.model_server import Reply, ScriptedCall
 
     def script(payload: dict[str, Any]) -> Reply:
         n = sum(1 for m in payload["messages"] if m.get("role") == "assistant")
@@ -81,9 +77,20 @@ async def _suffix(work: Path, steps: int, at: Sequence[int], backend: str | None
         return Reply(f"Step {n + 1}.", [ScriptedCall(
             "write_file", {"path": f"notes/{n + 1}.md", "content": f"note {n + 1}\n"})])
 
+    return script
+
+
+async def _suffix(work: Path, steps: int, at: Sequence[int], backend: str | None
+                  ) -> dict[str, Any]:
+    from agents import CodingAgent, ModelCaller
+    from agents.model_server import ScriptedModelServer
+    from agents.providers import OpenAIProvider
+    from agents.rollouts import Sampling, fork_points, grow
+    from coordinator import Coordinator
+
     rows = []
     async with ScriptedModelServer() as server:
-        server.script("bench", script)
+        server.script("bench", _script(steps))
         provider = OpenAIProvider("bench", base_url=server.base_url, logprobs=True,
                                   token_ids=True)
         async with Coordinator.open(work / "state", _repo(work / "repo"),
@@ -118,22 +125,67 @@ async def _suffix(work: Path, steps: int, at: Sequence[int], backend: str | None
     return {"steps": steps, "recorded": recorded, "rows": rows}
 
 
+async def _ray(work: Path, k: int, steps: int, backend: str | None) -> dict[str, Any] | None:
+    """K siblings of a `steps`-step run forked at its middle, grown in process (2 at once)
+    and on a local Ray cluster of 2 workers; siblings per second of each (None: no Ray).
+    A warm-up tree first starts the Ray workers; the timed tree pays its shipping."""
+    try:
+        from agents.rollouts.on_ray import RayExecutor, connect
+    except ImportError:
+        return None
+    from agents import CodingAgent, ModelCaller
+    from agents.model_server import ScriptedModelServer
+    from agents.providers import OpenAIProvider
+    from agents.rollouts import fork_points, grow, siblings
+    from coordinator import Coordinator
+
+    connect(num_cpus=2)
+    rates: dict[str, float] = {}
+    async with ScriptedModelServer() as server:
+        server.script("bench", _script(steps))
+        url = server.base_url
+        async with Coordinator.open(work / "state", _repo(work / "repo"),
+                                    backend=backend) as coord:
+            scope = await coord.root.fork("agent-1")
+            provider = OpenAIProvider("bench", base_url=url, logprobs=True, token_ids=True)
+            await CodingAgent(coord, scope, ModelCaller(coord, provider), "Write the notes.",
+                              max_steps=steps + 5).run()
+            await provider.aclose()
+            heads = {"agent-1": scope.head}
+            point = (await coord.io(lambda: fork_points(coord.trace, heads, every=1)))[
+                steps // 2]
+            for name in ("warm-up", "local", "ray"):
+                run = None if name == "local" else (lambda g: RayExecutor(g, base_url=url))
+                started = time.perf_counter()
+                tree = await grow(coord, ["agent-1"], [point],
+                                  siblings(2 if name == "warm-up" else k),
+                                  base_url=url, max_steps=steps + 5, tree_id=f"bench-{name}",
+                                  parallel=2, executor=run)
+                assert all(leaf.status == "ungraded" for leaf in tree.leaves)
+                rates[name] = len(tree.leaves) / (time.perf_counter() - started)
+    return {"workers": 2, "siblings": k, "steps": steps, "fork_before_step": point.step + 1,
+            "ray_per_second": round(rates["ray"], 3),
+            "local_per_second": round(rates["local"], 3)}
+
+
 async def _run(history: int, runs: int, steps: int, at: Sequence[int],
-               backend: str | None) -> dict[str, Any]:
+               backend: str | None, ray_siblings: int = 0) -> dict[str, Any]:
     before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="corral-bench-rollouts-") as tmp:
         siblings = await _siblings(Path(tmp) / "pair", history, runs, backend)
         suffix = await _suffix(Path(tmp) / "suffix", steps, at, backend)
-    return {"benchmark": "rollouts", "siblings": siblings, "suffix": suffix,
+        ray = (await _ray(Path(tmp) / "ray", ray_siblings, 10, backend)
+               if ray_siblings > 0 else None)
+    return {"benchmark": "rollouts", "siblings": siblings, "suffix": suffix, "ray": ray,
             "machine": {"cores": os.cpu_count(), "kernel": platform.release(),
                         "python": platform.python_version(), "load_before": before,
                         "load_after": [round(x, 2) for x in os.getloadavg()]}}
 
 
 def run(history: int = 10, runs: int = 200, steps: int = 30, at: Sequence[int] = (1, 10, 20, 29),
-        backend: str | None = None) -> dict[str, Any]:
-    """Returns the report (see the module)."""
-    return asyncio.run(_run(history, runs, steps, at, backend))
+        backend: str | None = None, ray_siblings: int = 8) -> dict[str, Any]:
+    """Returns the report (see the module); `ray_siblings` 0 skips the Ray row."""
+    return asyncio.run(_run(history, runs, steps, at, backend, ray_siblings))
 
 
 def render(report: dict[str, Any]) -> Table:
@@ -150,6 +202,12 @@ def render(report: dict[str, Any]) -> Table:
         table.add_row(f"sibling forked before step {r['fork_before_step']}",
                       f"{r['live_steps']} live steps, {r['live_tokens']} tokens, "
                       f"{r['seconds']:.2f} s{share}")
+    ray = report.get("ray")
+    if ray:
+        table.add_row(f"siblings per second on Ray ({ray['workers']} local workers, "
+                      f"{ray['siblings']} siblings of a {ray['steps']}-step run)",
+                      f"{ray['ray_per_second']:.2f} (in process, 2 at once: "
+                      f"{ray['local_per_second']:.2f})")
     return table
 
 

@@ -40,6 +40,7 @@ actions), `server` (HTTP). See docs/architecture.md.
 
 from .control._coordinator import Coordinator
 from .control._cut import Cut, MemberCut
+from .control._ship import Shipment, receive_state
 from .control._team_merge import MergeOrder
 from .policies._chain import (
     ABSTAINED,
@@ -134,6 +135,8 @@ __all__ = [
     "Coordinator",
     "CorralError",
     "Cut",
+    "Shipment",
+    "receive_state",
     "Decision",
     "DiskFull",
     "Effect",

@@ -14,8 +14,8 @@ members only, never with other leaves or the recorded run.
 
 Budgets (`max_tokens`, `max_cost`: the live tokens and USD of the whole tree) stop the
 running agents at their next step and start no more siblings. Siblings run on an
-`Executor`: `LocalExecutor` runs `parallel` of them at once in this process; the seam is
-where a Ray executor goes (a sibling is a `SiblingJob`).
+`Executor`: `LocalExecutor` runs `parallel` of them at once in this process;
+`on_ray.RayExecutor` runs each as a Ray task (a sibling is a `SiblingJob`).
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class _Spend:
     max_tokens: int | None
     max_cost: float | None
     callers: list[tuple[str, ModelCaller]] = field(default_factory=list)
+    settled: tuple[int, float] = (0, 0.0)
+    """What siblings run elsewhere (on Ray) spent, as their leaves report it."""
 
     def of(self, callers: Sequence[tuple[str, ModelCaller]]) -> tuple[int, float]:
         tokens, cost = 0, 0.0
@@ -84,6 +86,7 @@ class _Spend:
 
     def reached(self) -> str | None:
         tokens, cost = self.of(self.callers)
+        tokens, cost = tokens + self.settled[0], cost + self.settled[1]
         if self.max_tokens is not None and tokens >= self.max_tokens:
             return f"the tree's token budget ({tokens} of {self.max_tokens})"
         if self.max_cost is not None and cost >= self.max_cost:
@@ -104,8 +107,8 @@ class SiblingJob:
 
 
 class Executor(Protocol):
-    """Runs siblings. `LocalExecutor` does it in process; a Ray executor would run each
-    on a worker holding a copy of the state and send back the leaf's commits."""
+    """Runs siblings. `LocalExecutor` does it in process; `RayExecutor` runs each on a
+    worker holding a copy of the state and adopts the leaf's commits it sends back."""
 
     async def run(self, job: SiblingJob) -> LeafNode | None:
         """The leaf, None when the tree's budget was spent before it started."""
@@ -126,6 +129,8 @@ class _Grower:
     test_timeout: float
     stopped: str | None = None
     grader: Grader | None = None
+    team: tuple[tuple[str, ...], str | None] = ((), None)
+    """The team's members and base, as the policy has them registered."""
 
 
 class LocalExecutor:
@@ -321,7 +326,8 @@ async def grow(
             policy.register(list(team), base=first.fork_point)
             at = await coord.io(_in_parent, coord, base_scope.head, first.fork_point)
             g = _Grower(coord, policy, templates, providers, (base_scope, at),
-                        spend, test, max_steps, test_timeout, grader=grader)
+                        spend, test, max_steps, test_timeout, grader=grader,
+                        team=(tuple(team), first.fork_point))
             record = TreeRecord(
                 id=tree, test=test, max_tokens=budget.max_tokens, max_cost=budget.max_cost,
                 team=tuple(MemberNode(member=m, scope=m, head=h) for m, h in heads.items()))

@@ -4,7 +4,7 @@ the run's record when there is one (`run.json` of `corral run`), else given."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -13,7 +13,7 @@ from coordinator import Coordinator
 from .._prices import load_prices
 from .._transcript import model_calls
 from ..runs import read_record
-from ._grow import Budget, grow
+from ._grow import Budget, Executor, _Grower, grow
 from ._points import Selector, fork_points
 from ._tree import Sampling, TreeRecord, read_tree, tree_names
 
@@ -97,13 +97,17 @@ async def grow_in_state(
     max_steps: int | None = None,
     parallel: int = 4,
     tree_id: str | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> TreeRecord:
     """Open the state, choose the fork points and grow the tree (see `grow`). The team
-    defaults to `default_team`; `base_url` and `max_steps` to the run record's. Raises
-    ValueError when no fork point is chosen (or for a bad option), plus what `grow`
-    raises."""
+    defaults to `default_team`; `base_url` and `max_steps` to the run record's. With
+    `executor="ray"` each sibling is a Ray task (`on_ray.RayExecutor`) on the cluster at
+    `address` (None: a local one started here). Raises ValueError when no fork point is
+    chosen (or for a bad option, or Ray missing), plus what `grow` raises."""
     url, steps = run_defaults(state, base_url, max_steps)
     chosen = load_selector(select) if select else None
+    run_on = executor_for(executor, address, url, tokens)
     async with Coordinator.open(state) as coord:
         members = await team_of(coord, team, state)
         heads = {m: coord.scope(m).head for m in members}
@@ -116,4 +120,20 @@ async def grow_in_state(
         return await grow(
             coord, members, points, siblings(k, seed, temperature), test=test, base_url=url,
             tokens=tokens, budget=Budget(max_tokens, max_cost, load_prices(prices)),
-            max_steps=steps, parallel=parallel, tree_id=tree_id)
+            max_steps=steps, parallel=parallel, tree_id=tree_id, executor=run_on)
+
+
+def executor_for(name: str, address: str | None, base_url: str | None, tokens: bool
+                 ) -> Callable[[_Grower], Executor] | None:
+    """The executor named `name` ("local": None, grow's default; "ray": connected to
+    the cluster at `address`). Raises ValueError for another name or Ray missing."""
+    if name == "local":
+        return None
+    if name != "ray":
+        raise ValueError(f"unknown executor {name!r}: local or ray")
+    try:
+        from .on_ray import RayExecutor, connect
+    except ImportError as e:
+        raise ValueError(f"--executor ray needs Ray (pip install 'ray'): {e}") from e
+    connect(address)
+    return lambda g: RayExecutor(g, base_url=base_url, tokens=tokens)

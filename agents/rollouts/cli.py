@@ -61,6 +61,13 @@ def grow_cmd(
     parallel: Annotated[int, typer.Option(help="Siblings run at once.")] = 4,
     tree: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="The tree's id (default: a fresh rt-XXXXXX).")] = None,
+    executor: Annotated[str, typer.Option(
+        help="Where siblings run: local (in this process, --parallel at once) or ray "
+        "(one Ray task each, on workers holding a copy of the state; needs ray).")
+    ] = "local",
+    address: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="With --executor ray: the cluster to join (default: start a local one).")
+    ] = None,
     json_flag: JsonFlag = False,
 ) -> None:
     """Fork the run in STATE at the chosen points, K siblings each (the whole team through
@@ -74,7 +81,7 @@ def grow_cmd(
             effects=at or (), select=select, k=k, seed=seed, temperature=temperature,
             test=test, base_url=base_url, tokens=tokens, max_tokens=max_tokens,
             max_cost=max_cost, prices=prices, max_steps=max_steps, parallel=parallel,
-            tree_id=tree))
+            tree_id=tree, executor=executor, address=address))
     except (CorralError, ModelError, ValueError, LookupError) as e:
         fail(str(e))
     out = err if json_flag else console

@@ -22,7 +22,7 @@ import fcntl
 import logging
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -59,6 +59,7 @@ from ._cut import (
     rewind_team,
     take_cut,
 )
+from ._ship import Shipment, adopt, ship
 from ._team_merge import MergeOrder, merge_team
 from ._teams import create_team, fork_teams, load_teams, team_of, teams_in
 
@@ -238,14 +239,14 @@ class Coordinator:
             os.close(lockfd)
             raise
 
-    def _load_scopes(self, snapshot: str) -> None:
-        """Rebuild every live scope's workspace from its head in the trace. A
-        scope's fork point and next seq come from its fork ref and its head's
-        record, so this costs what the scopes changed, not their history."""
+    def _load_scopes(self, snapshot: str, names: Sequence[str] | None = None) -> None:
+        """Rebuild every live scope's workspace (or those of `names`) from its head in
+        the trace. A scope's fork point and next seq come from its fork ref and its
+        head's record, so this costs what the scopes changed, not their history."""
         trace = self.trace
         snap_tree = str(trace.commit(snapshot).tree_id)
         populate = partial(self._extract_tree, snap_tree)
-        for name in trace.scope_names():
+        for name in trace.scope_names() if names is None else names:
             head = trace.head(name)
             assert head is not None
             ws: Workspace = self.backend.base(snap_tree, populate, name=name)
@@ -261,6 +262,25 @@ class Coordinator:
                                            for path, blob, mode in kept])
             self.scopes[name] = scope
         self.runtime.count_scopes()
+
+    async def ship(self, without: Collection[str] = ()) -> Shipment:
+        """The trace as a pack of every object but `without`'s, with every ref: what
+        another process needs to open a copy of this state (`receive_state`) or to
+        send back what it added (`adopt`)."""
+        return await self.io(ship, self.trace, without)
+
+    async def adopt(self, shipment: Shipment, scopes: Sequence[str]) -> list[Scope]:
+        """Take the objects and refs of `shipment` (from a copy of this state) and make
+        `scopes`, new scopes among its refs, live here. Raises ScopeExists for one
+        that exists, StateError for a ref the pack cannot back."""
+        snapshot = self.trace.snapshot()
+        assert snapshot is not None
+        with contextlib.ExitStack() as claims:
+            for name in scopes:
+                claims.enter_context(self.scopes.claim(name))
+            await self.io(adopt, self.trace, shipment, scopes)
+            await self.io(self._load_scopes, snapshot, scopes)
+        return [self.scopes[n] for n in scopes]
 
     def _lineage(self, name: str, head: str, snapshot: str) -> tuple[str, str | None, int]:
         """A live scope's fork point, parent scope and next seq."""

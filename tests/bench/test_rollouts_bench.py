@@ -19,7 +19,8 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_rollouts_bench_times_siblings_and_suffixes() -> None:
     """A pair's siblings are timed; a sibling forked before step 1 re-runs every step, a
     later one only the suffix, for fewer tokens; the table renders."""
-    report = bench_rollouts.run(history=2, runs=3, steps=5, at=(1, 4), backend="copy")
+    report = bench_rollouts.run(history=2, runs=3, steps=5, at=(1, 4), backend="copy",
+                                ray_siblings=0)
     s = report["siblings"]
     assert s["runs"] == 3 and s["median_ms"] > 0 and s["backend"] == "copy"
     rec = report["suffix"]["recorded"]
@@ -31,6 +32,23 @@ def test_rollouts_bench_times_siblings_and_suffixes() -> None:
     assert bench_rollouts.render(report).row_count == 2 + len(report["suffix"]["rows"])
 
 
+def test_rollouts_bench_counts_siblings_per_second_on_ray() -> None:
+    """With Ray, K siblings are grown on a local cluster of 2 workers and in process; both
+    rates are positive and the table has the Ray row."""
+    pytest.importorskip("ray")
+    import ray
+
+    try:
+        report = bench_rollouts.run(history=1, runs=1, steps=3, at=(1,), backend="copy",
+                                    ray_siblings=2)
+    finally:
+        ray.shutdown()
+    r = report["ray"]
+    assert (r["workers"], r["siblings"]) == (2, 2)
+    assert r["ray_per_second"] > 0 and r["local_per_second"] > 0
+    assert bench_rollouts.render(report).row_count == 3 + len(report["suffix"]["rows"])
+
+
 def test_the_command_writes_json(tmp_path: object) -> None:
     """`corral bench rollouts --json` prints the report."""
     import json
@@ -39,6 +57,6 @@ def test_the_command_writes_json(tmp_path: object) -> None:
 
     done = CliRunner().invoke(app, ["bench", "rollouts", "--runs", "2", "--steps", "3",
                                     "--at", "1,2", "--history", "1", "--backend", "copy",
-                                    "--json"])
+                                    "--ray-siblings", "0", "--json"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["benchmark"] == "rollouts"
