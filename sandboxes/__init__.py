@@ -45,7 +45,7 @@ from ._files import (
     share_file,
     snapshot_files,
 )
-from ._scratch import exec_base
+from ._scratch import clear_dir, exec_base
 from .copy import CopyBackend
 from .fuse import FuseBackend
 from .overlay import OverlayBackend
@@ -78,6 +78,7 @@ __all__ = [
     "apply_changes",
     "backends",
     "check_hidden",
+    "clear_dir",
     "choose_backend",
     "default_env",
     "exec_base",

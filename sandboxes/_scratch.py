@@ -25,7 +25,21 @@ from ._cgroup import sweep_dead_groups
 from ._files import remove_tree
 from ._mount import MountError, mount_tmpfs, mounts_under, umount
 
-__all__ = ["clear_exec_base", "exec_base", "scratch_dir"]
+__all__ = ["clear_dir", "clear_exec_base", "exec_base", "scratch_dir"]
+
+
+def clear_dir(path: Path) -> None:
+    """Remove the directory at `path` with every mount at or below it (unmounted
+    lazily, deepest first): what a process killed inside a state directory left
+    there. Nothing when absent."""
+    for _ in range(3):  # a detached mount can uncover one mounted under it
+        points = mounts_under(path)
+        if not points:
+            break
+        for point in points:
+            with contextlib.suppress(MountError):
+                umount(point, detach=True)
+    remove_tree(path)
 
 
 @contextlib.contextmanager

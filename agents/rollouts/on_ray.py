@@ -22,7 +22,6 @@ Ray is imported here only: `corral rollouts grow --executor ray` needs it, nothi
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 import ray
 
 from coordinator import Coordinator, Message, Shipment, receive_state
+from sandboxes import clear_dir
 
 from .._prices import PriceTable
 from ..providers import Provider, provider_from_spec
@@ -149,28 +149,55 @@ _KEEP = 2
 def _local_base(ref: Any) -> tuple[Path, frozenset[str]]:
     key = ref.hex()
     if key not in _STATES:
+        if not _STATES:
+            _sweep_dead_bases()
         shipment: Shipment = ray.get(ref)
-        home = tempfile.mkdtemp(prefix="corral-ray-base-")
-        atexit.register(shutil.rmtree, home, ignore_errors=True)  # a clean exit's
-        state = Path(home) / "state"
+        home = _TOP / f"base-{os.getpid()}-{key}"
+        clear_dir(home)
+        state = home / "state"
         receive_state(shipment, state)
         while len(_STATES) >= _KEEP:  # fork nodes come one after another: drop the oldest
             old, _ = _STATES.pop(next(iter(_STATES)))
-            shutil.rmtree(old.parent, ignore_errors=True)
+            clear_dir(old.parent)
         _STATES[key] = (state, shipment.objects)
     return _STATES[key]
+
+
+_TOP = Path(tempfile.gettempdir()) / "corral-ray"
+"""Where workers unpack bases (`base-<pid>-<id>`) and run siblings (`sibling-...`)."""
+
+
+def _sweep_dead_bases() -> None:
+    """Remove the bases of worker processes that are gone: Ray kills its workers at
+    shutdown, so a worker cannot remove its own; the next worker here does."""
+    for home in _TOP.glob("base-*-*"):
+        pid = int(home.name.split("-")[1]) if home.name.split("-")[1].isdigit() else 0
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            clear_dir(home)
+        except (PermissionError, OverflowError, ValueError):
+            continue
 
 
 @ray.remote(num_cpus=1)
 def _sibling(spec: _Spec, job: SiblingJob, base: list[Any]) -> tuple[str, Shipment]:
     """One sibling on this worker: a fresh copy of the base, the sibling run in it."""
     state, objects = _local_base(base[0])
-    work = Path(tempfile.mkdtemp(prefix="corral-ray-sibling-"))
+    work = _work_dir(base[0].hex(), job)
+    clear_dir(work)  # a retry: what the killed attempt left, its mounts with it
     try:
         shutil.copytree(state / "trace.git", work / "state" / "trace.git")
         return asyncio.run(_run_here(spec, job, work / "state", objects))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        clear_dir(work)
+
+
+def _work_dir(base: str, job: SiblingJob) -> Path:
+    """Where the sibling runs: named after the job, not at random, so Ray's retry of a
+    sibling whose worker was killed finds and clears the killed attempt's directory."""
+    arm = "" if job.variant is None else ("-with" if job.variant.taken else "-without")
+    return _TOP / f"sibling-{base}-{job.fork.id}-{job.sibling}{arm}"
 
 
 async def _run_here(spec: _Spec, job: SiblingJob, state: Path, objects: frozenset[str]

@@ -28,6 +28,7 @@ from agents.model_server import ScriptedModelServer  # noqa: E402
 from agents.rollouts import SiblingJob, TreeRecord, fork_points, grow, siblings  # noqa: E402
 from agents.rollouts.on_ray import RayExecutor, connect  # noqa: E402
 from coordinator import Coordinator  # noqa: E402
+from sandboxes._mount import mounts_under  # noqa: E402
 from tests.agents._rollouts_run import TEST, record_run, scripts  # noqa: E402
 
 RAY = Path(sys.executable).parent / "ray"
@@ -127,6 +128,10 @@ def test_a_worker_killed_mid_sibling_is_retried_and_no_leaf_is_lost(
     killed, live = grown["killed"]
     assert killed == grown["local"][0]
     assert live == grown["local"][1]
+    # the retry cleared the killed attempt's work directory and the mounts in it
+    tmp = Path(tempfile.gettempdir())
+    assert [p for p in mounts_under(tmp) if "corral-ray" in str(p)] == []
+    assert not list(tmp.glob("corral-ray-sibling-*")) + list(tmp.glob("corral-ray/sibling-*"))
 
 
 def test_an_unknown_executor_is_refused(tmp_path: Path) -> None:
