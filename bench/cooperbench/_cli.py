@@ -1,5 +1,5 @@
-"""`corral bench cooperbench` (run), `corral bench cooperbench conflicts` (census) and
-`corral bench cooperbench check` (gradeability).
+"""`corral bench cooperbench` (run), `corral bench cooperbench conflicts` (census),
+`corral bench cooperbench check` (gradeability) and `grade` (given patches, `_cli_grade`).
 
 The coordinator's CLI forwards its arguments here, so it never imports bench/."""
 
@@ -417,6 +417,8 @@ def _fail(message: str) -> None:
 
 def main(args: list[str]) -> None:
     """Entry from `corral bench cooperbench ARGS...`."""
+    from . import _cli_grade  # noqa: F401  (registers `grade` on `app`)
+
     app(args=legacy_json(args), prog_name="corral bench cooperbench")
 
 

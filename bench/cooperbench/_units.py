@@ -74,6 +74,8 @@ def pending_units(spec: RunSpec, groups: list[Group], store: ResultStore) -> lis
     for group in groups:
         for setting in spec.settings:
             unit = Unit(group, setting)
+            if spec.given is not None and (group.task, group.ids, setting) not in spec.given:
+                continue
             if all((group.task, group.ids, setting, m) in done
                    for m in unit.merges(spec.merges)):
                 continue
@@ -171,8 +173,12 @@ async def run_unit(
     started = time.perf_counter()
     grades: list[tuple[UnitMerge, Grade, dict[str, str]]] = []
     error: Exception | None = None
+    given = None if cfg.given is None else cfg.given.get((task.key, group.ids, setting))
     try:
-        await _work(cfg, state, group, setting, agent, run, prefix)
+        if given is None:
+            await _work(cfg, state, group, setting, agent, run, prefix)
+        else:  # grade --patches: the agents' patches as read from disk
+            run.patches = dict(zip(roles(setting, group.size), given, strict=True))
         for merge in merges:
             bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
                                    run.states)
@@ -261,7 +267,8 @@ async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
         return await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
     patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
     return await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
-                              corral_diff=run.corral_diff)
+                              corral_diff=run.corral_diff,
+                              corral_conflicts=run.corral_conflicts)
 
 
 def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: UnitMerge,
@@ -305,7 +312,8 @@ def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: 
         task=task.key, group=group.ids, setting=setting, merge=merge,
         agent=agent.name, status=status, reason=reason[:2000],
         merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
-        merge_step=grade.merge_step,
+        merge_step=grade.merge_step, conflicts=grade.conflicts, empty=grade.empty,
+        lost=grade.lost,
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,
