@@ -49,6 +49,9 @@ class Grade:
     """Features whose agent's patch is empty once tests are stripped."""
     lost: tuple[LostHunkResult, ...] | None = None
     """Agents' hunks the graded tree lacks (`PairResult.lost`)."""
+    tree: str | None = None
+    """The diff whose tree was graded: the merge's, the lead's patch when the fallback
+    won, the solo patch; None when none was (all features failed untested)."""
     merge_seconds: float = 0.0
     test_seconds: float = 0.0
     command_seconds: float = 0.0
@@ -112,10 +115,10 @@ async def grade_merged(
     grade = await _graded(bench, fids, stripped, run_tests, grade, policy, corral_diff)
     if policy == "corral":
         grade.conflicts = () if corral_diff is not None else tuple(sorted(set(corral_conflicts)))
-    tree = grade.merged_diff if grade.merged_diff or grade.merge_status in (
+    grade.tree = grade.merged_diff if grade.merged_diff or grade.merge_status in (
         "clean", "identical") else stripped[0] if grade.strategy == "solo-agent1" else None
-    if tree is not None:
-        grade.lost = await lost_in(bench, tree, fids, stripped)
+    if grade.tree is not None:
+        grade.lost = await lost_in(bench, grade.tree, fids, stripped)
     return grade
 
 
@@ -221,6 +224,6 @@ async def grade_solo(bench: Workbench, fids: Sequence[int], patch: str, run_test
     grade = Grade(tuple(FeatureResult(id=f, passed=False) for f in fids), "solo", "solo")
     clock = _Clock(grade, run_tests)
     grade.features = await _test_all(clock, bench, p, fids, "f")
-    grade.merged_diff = p
+    grade.merged_diff = grade.tree = p
     grade.empty = tuple(fids) if not p.strip() else ()
     return grade

@@ -109,8 +109,10 @@ class PairResult(_Frozen):
     are stripped; solo: every feature of an empty solo patch): graded, and flagged."""
     lost: tuple[LostHunkResult, ...] | None = None
     """The hunks of each agent's patch that the graded tree (the merge, or the lead's
-    patch when the fallback won) lacks, by line content; None when no tree was graded
-    (a conflict or missing input the fallback did not save; solo)."""
+    patch when the fallback won) lacks, by line content; for the oracle agent, the
+    hunks of the features' gold patches (what it was to make), in every setting. None
+    when no tree was graded (a conflict or missing input the fallback did not save) or
+    nothing is compared (solo, an agent other than the oracle)."""
     features: tuple[FeatureResult, ...] = ()
     timings: Timings = Field(default_factory=Timings)
     prompt_tokens: int = 0

@@ -37,7 +37,7 @@ from ._agent_report import AgentReport
 from ._agents import AgentChoice
 from ._dataset import Group, Task
 from ._environment import check_toolchain, task_test_command
-from ._grade import Grade, grade_merged, grade_solo
+from ._grade import Grade, grade_merged, grade_solo, lost_in
 from ._merge import merge_agents
 from ._patches import sanitize, strip_tests
 from ._recipe import Unsupported
@@ -182,7 +182,8 @@ async def run_unit(
         for merge in merges:
             bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
                                    run.states)
-            grade = await _grade(cfg, task, group, merge, bench, run)
+            grade = await _grade(cfg, task, group, merge, bench, run,
+                                 agent.oracle and given is None)
             grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
     except Exception as e:
         error = e
@@ -255,7 +256,9 @@ async def _work(cfg: UnitConfig, state: TaskState, group: Group, setting: Settin
 
 
 async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
-                 bench: ScopeWorkbench, run: _Run) -> Grade:
+                 bench: ScopeWorkbench, run: _Run, oracle: bool) -> Grade:
+    """The unit graded under `merge`; `Grade.lost` against the gold patches for the
+    oracle, else against the agents' own patches (none for solo)."""
     # Asked at the first test run: a unit that runs no test needs no test command.
     command = functools.cache(lambda: task_test_command(task))
 
@@ -264,11 +267,18 @@ async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
                                      cfg.test_timeout)
 
     if merge == "-":  # one agent did every feature
-        return await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
-    patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
-    return await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
-                              corral_diff=run.corral_diff,
-                              corral_conflicts=run.corral_conflicts)
+        grade = await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
+    else:
+        patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
+        grade = await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
+                                   corral_diff=run.corral_diff,
+                                   corral_conflicts=run.corral_conflicts)
+    if oracle and grade.tree is not None:
+        # The oracle's patches are meant to be the gold ones: what its work or the
+        # merge dropped of them is lost (in solo and supervised too).
+        gold = [strip_tests(sanitize(task.features[f].patch)) for f in group.ids]
+        grade.lost = await lost_in(bench, grade.tree, group.ids, gold)
+    return grade
 
 
 def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: UnitMerge,
