@@ -67,7 +67,9 @@ class AgentContext:
     """None for an agent that calls no model (an oracle)."""
     budget: Budget = Budget()
     name: str = "agent"
-    """This agent's name in its team."""
+    """This agent's name in its team (its inbox, for the teammates' `Scope.send`). Under
+    `corral bench cooperbench` it is the agent's scope name, `<unit>.<setting>.<role>`
+    (`2-3.coop.agent1`; solo: `2-3.solo.solo`), not the bare role."""
     teammates: tuple[str, ...] = ()
     """The other agents' names (their inboxes, for `Scope.send`)."""
     messaging: bool = True

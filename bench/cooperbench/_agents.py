@@ -60,15 +60,16 @@ class AgentChoice:
 
 
 def load_agent(spec: str, options: AgentOptions) -> AgentChoice:
-    """The agent named `spec`: `oracle`, an agent of the `corral.agents` group
+    """The agent named `spec`: `oracle`, `given` (no agent: `grade --patches` grades
+    patches read from disk), an agent of the `corral.agents` group
     (`builtin`, `mini-swe-agent`, ...: run on `options.model`), or `module:attr`.
     Raises LookupError (no such agent) or ValueError (a named agent without a model)."""
     from agents import agent_names
     from agents import load_agent as load_corral_agent
     from agents.entry import builtin
 
-    if spec == "oracle":
-        return AgentChoice("oracle", None, options)
+    if spec in ("oracle", "given"):  # given: `grade --patches`, the patches read from disk
+        return AgentChoice(spec, None, options)
     if ":" not in spec and spec not in agent_names():
         raise LookupError(f"no agent {spec!r}: use oracle, an agent of corral.agents "
                           f"({', '.join(agent_names()) or 'none installed'}) or module:attr")

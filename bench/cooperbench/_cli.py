@@ -1,5 +1,6 @@
-"""`corral bench cooperbench` (run), `corral bench cooperbench conflicts` (census) and
-`corral bench cooperbench check` (gradeability).
+"""`corral bench cooperbench` (run), `corral bench cooperbench conflicts` (census),
+`corral bench cooperbench check` (gradeability) and `grade` (given patches: the units
+`_given` finds, graded as a run's, no agent running).
 
 The coordinator's CLI forwards its arguments here, so it never imports bench/."""
 
@@ -23,6 +24,7 @@ from coordinator.cli_shared import console, err, print_error
 from ._agents import AgentOptions
 from ._census import CensusRow, GoldFold, census_table, census_task, compare_with_report
 from ._dataset import Group, mini_suite
+from ._given import DEFAULT_LAYOUT, discover, given_units
 from ._recipe import Unsupported
 from ._records import PairResult
 from ._report import ablation_lines, plot, render, summarize, to_markdown
@@ -451,6 +453,54 @@ def check_cmd(
                 "totals": {"features": len(rows), "gradeable": good,
                            "not_gradeable": len(rows) - good - errors, "error": errors}},
                json_flag, json_out)
+
+
+@app.command("grade")
+def grade_cmd(
+    patches: Annotated[Path, typer.Option(
+        help="Directory of given patches: CooperBench's layout ({solo,coop}/<repo>/<task>/"
+             "f<a>_f<b>/ with agent<a>.patch, agent<b>.patch or solo.patch), or --layout.")],
+    layout: Annotated[str | None, typer.Option(
+        help="A unit directory's path under --patches, with {setting}, {repo}, {task} and "
+             f"{{features}} (default {DEFAULT_LAYOUT}, or without {{setting}}).")] = None,
+    dataset: DatasetOpt = None,
+    repos: ReposOpt = None,
+    merge: Annotated[str, typer.Option(help="Merge policies, comma-separated: plain "
+                                       "(0.0.29), union (<= 0.0.15).")] = "plain",
+    test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
+    workers: Annotated[int, typer.Option(help="Units graded at once.")] = 2,
+    env_cache: CacheOpt = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Run directory (results.jsonl, traces, patches, logs, report).")] = None,
+    backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write the table as Markdown.")] = None,
+    png: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here "
+                                           "(default OUT/report.png).")] = None,
+) -> None:
+    """Grade given patches (no agent runs) by CooperBench's rules and print pass rates;
+    an agent's empty patch is flagged, a patch that does not apply is missing_input."""
+    name = dataset.resolve().name if dataset else "mini"
+    out_dir = (out or Path(".corral-bench") / "cooperbench" / f"{name}-graded").resolve()
+    try:
+        given = given_units(discover(patches.resolve(), layout))
+        if not given:
+            raise ValueError(f"no units under {patches} (layout {layout or DEFAULT_LAYOUT})")
+        settings = tuple(s for s in ("solo", "coop") if any(k[2] == s for k in given))
+        spec = RunSpec(
+            out=out_dir, dataset=dataset.resolve() if dataset else None,
+            repos=repos.resolve() if repos else None, settings=settings,  # type: ignore[arg-type]
+            merges=_check(_csv(merge), ("plain", "union"), "--merge"), agent="given",
+            test_timeout=test_timeout, workers=workers,
+            env_cache=env_cache.resolve() if env_cache else None, backend=backend,
+            given=given)
+        report = _run_with_progress(spec, "local", None)
+    except (ValueError, LookupError, FileNotFoundError) as e:
+        _fail(str(e))
+        return
+    _report(spec, report, name, "local", err if json_flag else console, png=png,
+            markdown=markdown, json_flag=json_flag, json_out=json_out)
 
 
 def _counts(run: Any) -> str:

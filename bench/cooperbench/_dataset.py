@@ -236,7 +236,8 @@ def select_groups(
     chosen task's features, at most `groups` of them per task (`spread`), or a
     subset's groups (those of `group_size` when given); `task` (comma-separated keys,
     ids or substrings), `features` ("1,2,3": groups among these) and `pairs` ("1-2,3-4"
-    or "1-2-3", or N for the first N) narrow it. Raises ValueError or
+    or "1-2-3", or N for the first N) narrow it; a listed group that repeats a feature
+    ("3-3": a feature with itself) is a unit too. Raises ValueError or
     FileNotFoundError for a bad choice."""
     if group_size is not None and group_size < 2:
         raise ValueError("--group-size is at least 2")
@@ -253,8 +254,8 @@ def select_groups(
         chosen = {k: v for k, v in chosen.items() if k in keys}
     out = [Group(k, g) for k, v in chosen.items() for g in v
            if len(set(g)) == len(g) and all(f in tasks[k].features for f in g)]
-    if features:
-        want = {int(x) for x in features.split(",") if x.strip()}
+    want = {int(x) for x in features.split(",") if x.strip()} if features else None
+    if want is not None:
         out = [g for g in out if want.issuperset(g.ids)]
     if pairs:
         if pairs.strip().isdigit():
@@ -263,6 +264,11 @@ def select_groups(
             listed = {tuple(int(x) for x in item.strip().replace(":", "-").split("-"))
                       for item in pairs.split(",") if item.strip()}
             out = [g for g in out if g.ids in listed]
+            # Same-feature units (3-3: a feature with itself) only when listed: no
+            # combination holds them.
+            out += [Group(k, ids) for k in chosen for ids in listed
+                    if len(set(ids)) < len(ids) and all(f in tasks[k].features for f in ids)
+                    and (want is None or want.issuperset(ids))]
     return sorted(set(out))
 
 

@@ -33,6 +33,8 @@ class GitWorkbench:
         self.base = base
         self.env = env
         self._patches = path / ".git" / "cooperbench"
+        self._conflicts: tuple[str, ...] = ()
+        """The paths the last conflicted fold step conflicted at."""
         self._patches.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -62,6 +64,17 @@ class GitWorkbench:
         env = self.env.env(self.path)
         return await asyncio.to_thread(self._run_tests, feature_patch, tests_patch, command,
                                        env, timeout)
+
+    async def files(self, patch: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """See `Workbench.files`."""
+        return await asyncio.to_thread(self._files, patch, list(paths))
+
+    def _files(self, patch: str, paths: list[str]) -> dict[str, bytes | None]:
+        self.reset()
+        if patch and self._apply_agent(self._write("read.patch", patch), 0) == "failed":
+            return {}
+        return {p: (self.path / p).read_bytes() if (self.path / p).is_file() else None
+                for p in paths}
 
     def _write(self, name: str, text: str) -> Path:
         p = self._patches / name
@@ -101,12 +114,14 @@ class GitWorkbench:
         step = self._fold(len(patches))
         if step is None:
             return self._merged(applies, "naive")
+        conflicts = self._conflicts
         if not union:
-            return MergeRun(applies, True, "", "naive", step=step)
+            return MergeRun(applies, True, "", "naive", step=step, conflicts=conflicts)
         # The next step's reset() drops the appended line again.
         if self._fold(len(patches), self.path / ".gitattributes") is None:
-            return self._merged(applies, "union", step)
-        return MergeRun(applies, True, "", "union", union_conflict=True, step=step)
+            return self._merged(applies, "union", step, conflicts)
+        return MergeRun(applies, True, "", "union", union_conflict=True, step=step,
+                        conflicts=conflicts)
 
     def _fold(self, n: int, union_attrs: Path | None = None) -> int | None:
         """On a branch `merged` from agent2: `git merge agent1 --no-commit --no-ff`, a
@@ -121,6 +136,9 @@ class GitWorkbench:
             rc = git(self.path, "merge", f"agent{agent + 1}", "--no-commit", "--no-ff",
                      check=False).returncode
             if rc != 0:
+                self._conflicts = tuple(sorted(set(git(
+                    self.path, "diff", "-z", "--name-only", "--diff-filter=U"
+                ).stdout.split("\0")) - {""}))
                 git(self.path, "merge", "--abort", check=False)
                 return k
             git(self.path, "commit", "-q", "--allow-empty", "--no-verify", "-m",
@@ -128,10 +146,11 @@ class GitWorkbench:
         return None
 
     def _merged(self, applies: tuple[ApplyStatus, ...], strategy: Literal["naive", "union"],
-                step: int | None = None) -> MergeRun:
+                step: int | None = None, conflicts: tuple[str, ...] = ()) -> MergeRun:
         diff = git(self.path, "diff", "--binary", self.base, "HEAD").stdout
         tree = git(self.path, "rev-parse", "HEAD^{tree}").stdout.strip()
-        return MergeRun(applies, False, diff, strategy, tree=tree, step=step)
+        return MergeRun(applies, False, diff, strategy, tree=tree, step=step,
+                        conflicts=conflicts)
 
     def _normalize(self, patch: str) -> str:
         p = self._write("identical.patch", patch)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["DEFAULT_LAYOUT", "GivenUnit", "discover"]
+from ._spec import Given
+
+__all__ = ["DEFAULT_LAYOUT", "GivenUnit", "discover", "given_units"]
 
 DEFAULT_LAYOUT = "{setting}/{repo}/{task}/{features}"
 _FIELD = {"setting": r"(?P<setting>solo|coop)", "repo": r"(?P<repo>[^/]+)",
@@ -131,3 +133,17 @@ def _first(d: Path, names: list[str]) -> str:
 
 def _read(d: Path, name: str) -> str:
     return (d / name).read_text(errors="replace") if name else ""
+
+
+def given_units(units: list[GivenUnit]) -> Given:
+    """The run's `RunSpec.given` from what discovery found. Raises ValueError for a unit
+    without its task, or with fewer than two features (coop)."""
+    out: dict[tuple[str, tuple[int, ...], str], tuple[str, ...]] = {}
+    for u in units:
+        if not u.repo or not u.task_id:
+            raise ValueError(f"{u.path}: no repository or task in its path (a --layout "
+                             "needs {repo} and {task})")
+        if u.setting == "coop" and len(u.features) < 2:
+            raise ValueError(f"{u.path}: a coop unit needs two features or more")
+        out[(u.key, u.features, u.setting)] = u.patches
+    return out

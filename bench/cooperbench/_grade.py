@@ -17,8 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._patches import sanitize, strip_tests
-from ._records import FeatureResult, MergePolicy, MergeStatus
+from ._lost_hunks import lost_hunks
+from ._patches import sanitize, split_diff, strip_tests
+from ._records import FeatureResult, LostHunkResult, MergePolicy, MergeStatus
 from ._workbench import TestRun, Workbench
 
 __all__ = ["Grade", "TestRunner", "feature_result", "grade_merged", "grade_solo"]
@@ -42,6 +43,15 @@ class Grade:
     merge_step: int | None = None
     """The fold step that conflicted (`MergeRun.step`)."""
     merged_diff: str = ""
+    conflicts: tuple[str, ...] = ()
+    """The paths the merge conflicted at (`PairResult.conflicts`)."""
+    empty: tuple[int, ...] = ()
+    """Features whose agent's patch is empty once tests are stripped."""
+    lost: tuple[LostHunkResult, ...] | None = None
+    """Agents' hunks the graded tree lacks (`PairResult.lost`)."""
+    tree: str | None = None
+    """The diff whose tree was graded: the merge's, the lead's patch when the fallback
+    won, the solo patch; None when none was (all features failed untested)."""
     merge_seconds: float = 0.0
     test_seconds: float = 0.0
     command_seconds: float = 0.0
@@ -93,12 +103,43 @@ async def grade_merged(
     *,
     policy: MergePolicy = "plain",
     corral_diff: str | None = None,
+    corral_conflicts: Sequence[str] = (),
 ) -> Grade:
     """Grade a coop unit (agent k's `patches[k-1]` for feature `fids[k-1]`) by 0.0.29's
     rules, folded for N agents as PR #75 does. `corral_diff` is the diff Corral's merge
-    made (None: it conflicted), used with policy "corral"."""
+    made (None: it conflicted at `corral_conflicts`), used with policy "corral". The
+    agents' hunks the graded tree lacks are `Grade.lost`."""
     stripped = [strip_tests(sanitize(p or "")) for p in patches]
     grade = Grade(tuple(FeatureResult(id=f, passed=False) for f in fids), "none", "")
+    grade.empty = tuple(f for f, p in zip(fids, stripped, strict=True) if not p.strip())
+    grade = await _graded(bench, fids, stripped, run_tests, grade, policy, corral_diff)
+    if policy == "corral":
+        grade.conflicts = () if corral_diff is not None else tuple(sorted(set(corral_conflicts)))
+    grade.tree = grade.merged_diff if grade.merged_diff or grade.merge_status in (
+        "clean", "identical") else stripped[0] if grade.strategy == "solo-agent1" else None
+    if grade.tree is not None:
+        grade.lost = await lost_in(bench, grade.tree, fids, stripped)
+    return grade
+
+
+async def lost_in(bench: Workbench, tree: str, fids: Sequence[int], patches: Sequence[str]
+                  ) -> tuple[LostHunkResult, ...]:
+    """The hunks of each agent's patch (for feature `fids[k]`) absent from base + `tree`
+    (every hunk when that tree cannot be made)."""
+    paths = sorted({p for patch in patches for f in split_diff(patch)
+                    for p in (f.old_path, f.new_path) if p is not None})
+    files = await bench.files(tree, paths) if paths else {}
+    out: list[LostHunkResult] = []
+    for fid, patch in zip(fids, patches, strict=True):
+        for h in lost_hunks(patch, lambda p: files.get(p)):
+            out.append(LostHunkResult(feature=fid, **h.to_json()))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+async def _graded(bench: Workbench, fids: Sequence[int], stripped: list[str],
+                  run_tests: TestRunner, grade: Grade, policy: MergePolicy,
+                  corral_diff: str | None) -> Grade:
+    """0.0.29's merge and tests on the stripped patches."""
     clock = _Clock(grade, run_tests)
     t = time.perf_counter()
     if stripped[0] and all(p == stripped[0] for p in stripped[1:]):
@@ -112,6 +153,7 @@ async def grade_merged(
     m = await bench.merge(stripped, union=policy == "union")
     grade.apply = m.applies
     grade.merge_step = m.step
+    grade.conflicts = m.conflicts
     if "failed" in m.applies:
         status: MergeStatus = "missing_input"
     elif policy == "corral":
@@ -138,9 +180,9 @@ async def grade_merged(
         why = "merge conflict (also with merge=union)"
     grade.features = tuple(feature_result(f, None, why) for f in fids)
     if m.apply1 == "applied":
-        lead = await _lead_fallback(clock, bench, stripped[0], fids)
-        if lead is not None:
-            grade.features = lead
+        won, lead = await _lead_fallback(clock, bench, stripped[0], fids, why)
+        grade.features = lead
+        if won:
             grade.strategy = "solo-agent1"
     return grade
 
@@ -154,18 +196,25 @@ async def _test_all(clock: _Clock, bench: Workbench, patch: str, fids: Sequence[
     return tuple(out)
 
 
-async def _lead_fallback(clock: _Clock, bench: Workbench, lead: str, fids: Sequence[int]
-                         ) -> tuple[FeatureResult, ...] | None:
+async def _lead_fallback(clock: _Clock, bench: Workbench, lead: str, fids: Sequence[int],
+                         why: str) -> tuple[bool, tuple[FeatureResult, ...]]:
     """0.0.29's lead fallback, for N features: agent 1's patch alone against each
-    feature's tests in agent order, stopping at the first failure; the results when all
-    pass, else None."""
+    feature's tests in agent order, stopping at the first failure. (True, the results)
+    when all pass; else (False, every feature failed for `why`, with the counts of the
+    lead's runs that were made and what stopped the fallback)."""
     out = []
     for i, f in enumerate(fids, 1):
         r = await clock.test(bench, lead, f, f"lead-f{i}")
-        if not r.passed:
-            return None
         out.append(feature_result(f, r))
-    return tuple(out)
+        if not r.passed:
+            failed = out[-1].reason
+            kept = [x.model_copy(update={
+                "passed": False, "reason": f"{why}; lead fallback: " + (
+                    failed if x is out[-1] else "passed")}) for x in out]
+            rest = [feature_result(g, None, f"{why}; lead fallback stopped at feature {f}")
+                    for g in fids[i:]]
+            return False, (*kept, *rest)
+    return True, tuple(out)
 
 
 async def grade_solo(bench: Workbench, fids: Sequence[int], patch: str, run_tests: TestRunner
@@ -175,5 +224,6 @@ async def grade_solo(bench: Workbench, fids: Sequence[int], patch: str, run_test
     grade = Grade(tuple(FeatureResult(id=f, passed=False) for f in fids), "solo", "solo")
     clock = _Clock(grade, run_tests)
     grade.features = await _test_all(clock, bench, p, fids, "f")
-    grade.merged_diff = p
+    grade.merged_diff = grade.tree = p
+    grade.empty = tuple(fids) if not p.strip() else ()
     return grade

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "FORMAT_VERSION",
     "FeatureResult",
+    "LostHunkResult",
     "MergePolicy",
     "MergeStatus",
     "PairResult",
@@ -47,6 +48,19 @@ class FeatureResult(_Frozen):
     reason: str = ""
     """Why it failed, in a few words (empty when it passed)."""
     output_tail: str = ""
+
+
+class LostHunkResult(_Frozen):
+    """A hunk of an agent's patch the graded tree does not hold (`_lost_hunks`)."""
+
+    feature: int
+    """The feature of the agent whose patch it is."""
+    path: str
+    header: str
+    """The hunk's `@@` line, or "file added" / "file deleted" / "file"."""
+    added: int
+    removed: int
+    why: str
 
 
 class Timings(_Frozen):
@@ -87,6 +101,18 @@ class PairResult(_Frozen):
     merge_step: int | None = None
     """The fold step that conflicted (`MergeRun.step`: 2 for agent 1 into agent 2, k >= 3
     for agent k into the fold before it); None when none did."""
+    conflicts: tuple[str, ...] = ()
+    """The paths the merge conflicted at (the plain fold's conflicted step; `corral`:
+    Corral's merge), sorted; () when it merged."""
+    empty: tuple[int, ...] = ()
+    """The features whose agent returned an empty patch (nothing left once test files
+    are stripped; solo: every feature of an empty solo patch): graded, and flagged."""
+    lost: tuple[LostHunkResult, ...] | None = None
+    """The hunks of each agent's patch that the graded tree (the merge, or the lead's
+    patch when the fallback won) lacks, by line content; for the oracle agent, the
+    hunks of the features' gold patches (what it was to make), in every setting. None
+    when no tree was graded (a conflict or missing input the fallback did not save) or
+    nothing is compared (solo, an agent other than the oracle)."""
     features: tuple[FeatureResult, ...] = ()
     timings: Timings = Field(default_factory=Timings)
     prompt_tokens: int = 0
@@ -150,6 +176,11 @@ class PairResult(_Frozen):
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def lost_code(self) -> bool:
+        """Passed although a hunk of an agent's patch is not in the graded tree."""
+        return self.passed and bool(self.lost)
 
     @property
     def counted(self) -> bool:

@@ -115,6 +115,12 @@ def summarize(results: list[PairResult], prepared: dict[str, float] | None = Non
     out["budget"] = {"steps": [b[0] for b in sorted(budgets, key=str)],
                      "tokens": [b[1] for b in sorted(budgets, key=str)],
                      "equal": len(budgets) <= 1}
+    out["code_lost"] = [
+        {"task": r.task, "group": list(r.group), "row": _row_key(r), "strategy": r.strategy,
+         "hunks": [h.model_dump() for h in r.lost or ()]}
+        for r in results if r.lost_code]
+    out["empty_patches"] = [{"task": r.task, "group": list(r.group), "row": _row_key(r),
+                             "features": list(r.empty)} for r in results if r.empty]
     out["prepared_s"] = prepared or {}
     out["timings_median_s"] = _timing_medians(results)
     if any(r.ablation is not None for r in results):
@@ -185,6 +191,9 @@ def _row(key: str, rs: list[PairResult]) -> dict[str, Any]:
         "wilson95": [round(lo, 4), round(hi, 4)],
         "merge_clean_rate": round(clean / len(merged), 4) if merged else None,
         "lead_fallback_wins": sum(r.strategy == "solo-agent1" for r in counted),
+        "passes_code_lost": sum(r.lost_code for r in counted),
+        "lost_hunks_in_passes": sum(len(r.lost or ()) for r in counted if r.passed),
+        "empty_patch_units": sum(bool(r.empty) for r in rs),
         "feature_pass_rate": round(sum(f.passed for f in feats) / len(feats), 4)
         if feats else None,
         "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
@@ -260,9 +269,21 @@ def render(summary: dict[str, Any], title: str = "CooperBench") -> Table:
               f"{r['retention']:.2f}" for r in summary["retention"]]
     notes += [f"McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} discordant of "
               f"{m['pairs']}, p = {m['p_value']:.3g}" for m in summary["mcnemar"]]
+    notes += _flags(summary)
     table.caption = "\n".join(notes)
     table.caption_justify = "left"
     return table
+
+
+def _flags(summary: dict[str, Any]) -> list[str]:
+    """The lines that say what a pass rate hides: passes that lost an agent's code
+    (`PairResult.lost`), units where an agent's patch was empty."""
+    out = [f"{row['row']}: {row['passes_code_lost']} passes with code lost "
+           f"({row['lost_hunks_in_passes']} hunks absent from the graded tree)"
+           for row in summary["rows"] if row.get("passes_code_lost")]
+    out += [f"{row['row']}: {row['empty_patch_units']} units with an empty agent patch"
+            for row in summary["rows"] if row.get("empty_patch_units")]
+    return out
 
 
 def to_markdown(summary: dict[str, Any]) -> str:
@@ -282,6 +303,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"- McNemar {m['a']} vs {m['b']}: {m['only_a']} vs {m['only_b']} "
                      f"discordant of {m['pairs']} units, p = {m['p_value']:.3g}")
     lines += [f"- {line.strip()}" for line in ablation_lines(summary)]
+    lines += [f"- {line}" for line in _flags(summary)]
     return "\n".join(lines) + "\n"
 
 

@@ -31,6 +31,15 @@ Progress = Callable[[Unit, list[PairResult]], None]
 def plan(spec: RunSpec) -> tuple[dict[str, Task], list[Group]]:
     """The tasks and the groups the spec selects. Raises ValueError, FileNotFoundError."""
     tasks = load_tasks(spec.dataset_dir)
+    if spec.given is not None:  # grade --patches: the units found on disk
+        unknown = sorted({k for k, _, _ in spec.given if k not in tasks})
+        if unknown:
+            raise ValueError(f"patches for tasks the dataset lacks: {', '.join(unknown)}")
+        bad = sorted(f"{k} {'-'.join(map(str, ids))}" for k, ids, _ in spec.given
+                     if any(f not in tasks[k].features for f in ids))
+        if bad:
+            raise ValueError(f"patches for features the dataset lacks: {', '.join(bad)}")
+        return tasks, sorted({Group(k, ids) for k, ids, _ in spec.given})
     groups = select_groups(tasks, dataset=spec.dataset_dir, subset=spec.subset,
                            task=spec.task, features=spec.features, pairs=spec.pairs,
                            group_size=spec.group_size, groups=spec.groups)
@@ -93,6 +102,8 @@ def run(spec: RunSpec, on_start: Callable[[int], None] | None = None,
     """Run the spec; returns {"results": [...PairResult], "prepared": {task: s},
     "seconds": wall}. Raises ValueError / FileNotFoundError for a bad selection."""
     started = time.monotonic()
+    if (spec.agent == "given") != (spec.given is not None):
+        raise ValueError("the given agent is `grade --patches`'s: no agent runs")
     agent = load_agent(spec.agent, spec.options)
     if any(SETTING_RULES[s].supervised for s in spec.settings):
         supervisor_policies(spec.supervisor)  # a bad --supervisor fails before any work

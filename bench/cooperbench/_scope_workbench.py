@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from coordinator import ExecOutcome, PatchError, Scope
+from coordinator import ExecOutcome, PatchError, PathError, Scope
 
 from ._recipe import REPO
 from ._task_state import TaskState
@@ -94,18 +94,21 @@ class ScopeWorkbench:
         team = await self._fold(order, "fail")
         strategy: Literal["naive", "union"] = "naive"
         step = None
+        conflicts = team.conflicts
         if team.stopped is not None:
             step = _step(order, team.stopped)
             if not union:
-                return MergeRun(applies, True, "", "naive", step=step)
+                return MergeRun(applies, True, "", "naive", step=step, conflicts=conflicts)
             team = await self._fold(order, "union")
             strategy = "union"
             if team.stopped is not None:
-                return MergeRun(applies, True, "", "union", union_conflict=True, step=step)
+                return MergeRun(applies, True, "", "union", union_conflict=True, step=step,
+                                conflicts=conflicts)
         target = self.state.coord.scopes[team.into]
         diff = self.state.diff(target)
         self._states[diff] = target
-        return MergeRun(applies, False, diff, strategy, tree=team.tree, step=step)
+        return MergeRun(applies, False, diff, strategy, tree=team.tree, step=step,
+                        conflicts=conflicts)
 
     async def _fold(self, order: list[Scope], strategy: Literal["fail", "union"]) -> _Fold:
         """A fork of `order[0]` with the rest merged into it in order (each branch once:
@@ -116,7 +119,8 @@ class ScopeWorkbench:
                    if all(s is not o for o in order[:i])]
         t = await self.state.coord.merge_team(target, members, order="given",
                                               strategy=strategy)
-        return _Fold(target.name, t.tree, t.stopped)
+        paths = () if t.conflict is None else tuple(sorted({c.path for c in t.conflict.conflicts}))
+        return _Fold(target.name, t.tree, t.stopped, paths)
 
     async def normalize(self, patch: str) -> str:
         """The identical-patch path: the patch as the tree it makes diffs (unchanged
@@ -129,6 +133,22 @@ class ScopeWorkbench:
         diff = self.state.diff(s)
         self._states[diff] = s
         return diff
+
+    async def files(self, patch: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """See `Workbench.files`: read in the scope of base + `patch`."""
+        state = self.state.env if not patch else self._states.get(patch)
+        if state is None:
+            state, error = await self._apply(self.state.env, patch, "read")
+            if error:
+                return {}
+            self._states[patch] = state
+        out: dict[str, bytes | None] = {}
+        for p in paths:
+            try:
+                out[p] = await state.read(p)
+            except (FileNotFoundError, IsADirectoryError, PathError):
+                out[p] = None
+        return out
 
     async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,
                         timeout: float) -> TestRun:
@@ -182,6 +202,8 @@ class _Fold(NamedTuple):
     tree: str
     stopped: str | None
     """The member whose merge conflicted."""
+    conflicts: tuple[str, ...] = ()
+    """The paths it conflicted at."""
 
 
 def _step(order: list[Scope], stopped: str) -> int:

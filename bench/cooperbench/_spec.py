@@ -3,6 +3,7 @@ given) and `UnitConfig`, the part of it each (group, setting) unit works under."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +12,11 @@ from ._dataset import mini_suite
 from ._records import MergePolicy, Setting
 from ._team_rules import TeamConfig
 
-__all__ = ["SETTINGS", "RunSpec", "UnitConfig"]
+__all__ = ["SETTINGS", "Given", "RunSpec", "UnitConfig"]
+
+Given = Mapping[tuple[str, tuple[int, ...], str], tuple[str, ...]]
+"""Patches read from disk (`grade --patches`): (task key, group, setting) -> each agent's
+patch in agent order (solo: one)."""
 
 SETTINGS: tuple[Setting, ...] = ("solo", "coop", "supervised")
 
@@ -53,6 +58,9 @@ class RunSpec:
     """The supervisor's and resolver's model URL (default: the agents' base URL)."""
     ablate: bool = False
     """After each supervised unit, ablate its supervisor's decisions (`_ablate`)."""
+    given: Given | None = field(default=None, hash=False)
+    """`grade --patches`: the units to grade and their patches (no agent runs); None: a
+    run, whose agents make the patches."""
 
     @property
     def mini(self) -> bool:
@@ -77,7 +85,7 @@ class RunSpec:
                           backend=self.backend, price_in=self.price_in,
                           price_out=self.price_out, resolver=self.resolver,
                           base_url=self.supervisor_base_url or self.options.base_url,
-                          ablate=self.ablate)
+                          ablate=self.ablate, given=self.given)
 
 
 
@@ -102,6 +110,8 @@ class UnitConfig:
     """llm:PROVIDER/MODEL: resolves `--merge corral` conflicts (None: none)."""
     ablate: bool = False
     """Ablate each supervised unit's decisions before its scopes are discarded."""
+    given: Given | None = field(default=None, hash=False)
+    """Each given unit's patches (`RunSpec.given`); None: agents make them."""
 
     def team(self) -> TeamConfig:
         return TeamConfig(supervisor=self.supervisor, messaging=self.messaging,

@@ -38,7 +38,7 @@ from ._agent_report import AgentReport
 from ._agents import AgentChoice
 from ._dataset import Group, Task
 from ._environment import check_toolchain, task_test_command
-from ._grade import Grade, grade_merged, grade_solo
+from ._grade import Grade, grade_merged, grade_solo, lost_in
 from ._merge import merge_agents
 from ._patches import sanitize, strip_tests
 from ._recipe import Unsupported
@@ -75,6 +75,8 @@ def pending_units(spec: RunSpec, groups: list[Group], store: ResultStore) -> lis
     for group in groups:
         for setting in spec.settings:
             unit = Unit(group, setting)
+            if spec.given is not None and (group.task, group.ids, setting) not in spec.given:
+                continue
             if all((group.task, group.ids, setting, m) in done
                    for m in unit.merges(spec.merges)):
                 continue
@@ -173,12 +175,17 @@ async def run_unit(
     started = time.perf_counter()
     grades: list[tuple[UnitMerge, Grade, dict[str, str]]] = []
     error: Exception | None = None
+    given = None if cfg.given is None else cfg.given.get((task.key, group.ids, setting))
     try:
-        await _work(cfg, state, group, setting, agent, run, prefix)
+        if given is None:
+            await _work(cfg, state, group, setting, agent, run, prefix)
+        else:  # grade --patches: the agents' patches as read from disk
+            run.patches = dict(zip(roles(setting, group.size), given, strict=True))
         for merge in merges:
             bench = ScopeWorkbench(state, prefix if merge == "-" else f"{prefix}.{merge}",
                                    run.states)
-            grade = await _grade(cfg, task, group, merge, bench, run)
+            grade = await _grade(cfg, task, group, merge, bench, run,
+                                 agent.oracle and given is None)
             grades.append((merge, grade, {s.name: s.head for s in bench.scopes}))
         if cfg.ablate and SETTING_RULES[setting].supervised:
             agents = [state.coord.scope(f"{prefix}.{r}") for r in roles(setting, group.size)]
@@ -254,7 +261,9 @@ async def _work(cfg: UnitConfig, state: TaskState, group: Group, setting: Settin
 
 
 async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
-                 bench: ScopeWorkbench, run: _Run) -> Grade:
+                 bench: ScopeWorkbench, run: _Run, oracle: bool) -> Grade:
+    """The unit graded under `merge`; `Grade.lost` against the gold patches for the
+    oracle, else against the agents' own patches (none for solo)."""
     # Asked at the first test run: a unit that runs no test needs no test command.
     command = functools.cache(lambda: task_test_command(task))
 
@@ -263,10 +272,18 @@ async def _grade(cfg: UnitConfig, task: Task, group: Group, merge: UnitMerge,
                                      cfg.test_timeout)
 
     if merge == "-":  # one agent did every feature
-        return await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
-    patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
-    return await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
-                              corral_diff=run.corral_diff)
+        grade = await grade_solo(bench, group.ids, run.patches["solo"], run_tests)
+    else:
+        patches = [run.patches[f"agent{k}"] for k in range(1, group.size + 1)]
+        grade = await grade_merged(bench, group.ids, patches, run_tests, policy=merge,
+                                   corral_diff=run.corral_diff,
+                                   corral_conflicts=run.corral_conflicts)
+    if oracle and grade.tree is not None:
+        # The oracle's patches are meant to be the gold ones: what its work or the
+        # merge dropped of them is lost (in solo and supervised too).
+        gold = [strip_tests(sanitize(task.features[f].patch)) for f in group.ids]
+        grade.lost = await lost_in(bench, grade.tree, group.ids, gold)
+    return grade
 
 
 def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: UnitMerge,
@@ -310,7 +327,8 @@ def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: 
         task=task.key, group=group.ids, setting=setting, merge=merge,
         agent=agent.name, status=status, reason=reason[:2000],
         merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
-        merge_step=grade.merge_step,
+        merge_step=grade.merge_step, conflicts=grade.conflicts, empty=grade.empty,
+        lost=grade.lost,
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,
         completion_tokens=rep.completion_tokens, cost_usd=cost, steps=rep.steps,

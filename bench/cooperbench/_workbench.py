@@ -55,6 +55,8 @@ class MergeRun:
     step: int | None = None
     """k when the k-th branch of the fold (agents 2, 1, 3, 4, ...: step 2 merges agent
     1 into agent 2, step k >= 3 merges agent k) conflicted; None when all merged."""
+    conflicts: tuple[str, ...] = ()
+    """The paths the conflicted step of the plain fold conflicted at (sorted)."""
 
     @property
     def apply1(self) -> ApplyStatus:
@@ -84,6 +86,11 @@ class Workbench(Protocol):
     async def normalize(self, patch: str) -> str:
         """0.0.29's identical-patch path: the patch as git re-emits it after applying
         (unchanged when it does not apply)."""
+        ...
+
+    async def files(self, patch: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """Each of `paths` in base + `patch` (None: no such file); {} when the patch
+        does not apply. What the lost-hunk accounting reads a graded tree with."""
         ...
 
     async def run_tests(self, feature_patch: str | None, tests_patch: str, command: str,

@@ -77,6 +77,19 @@ def test_pairs_are_chosen_by_subset_task_features_and_pairs(dataset: Path) -> No
         select_pairs(tasks, task="nothing-like-this")
 
 
+def test_a_feature_with_itself_is_a_unit_only_when_listed(dataset: Path) -> None:
+    """No combination repeats a feature; `--pairs 3-3` (or 3-3-3) asks for one, next
+    to the usual pairs, and `--features` still narrows it."""
+    tasks = load_tasks(dataset)
+    assert all(len(set(p.ids)) == 2 for p in select_pairs(tasks))
+    assert [p.ids for p in select_pairs(tasks, task="7", pairs="3-3,2-4")] == [(2, 4), (3, 3)]
+    assert [p.ids for p in select_pairs(tasks, task="7", pairs="3-3-3")] == [(3, 3, 3)]
+    assert select_pairs(tasks, task="7", pairs="3-3", features="1,2") == []
+    assert select_pairs(tasks, task="7", pairs="9-9") == []  # no feature 9
+    with pytest.raises(ValueError):
+        select_pairs(tasks, task="nothing-like-this")
+
+
 def test_the_test_command_is_the_runner_scripts_test_step() -> None:
     """The test step and the variables it uses, without the per-run installs."""
     cmd = runner_test_command(RUNNER)

@@ -121,7 +121,9 @@ def test_a_patch_that_does_not_apply_is_missing_input(repo: Path, lab: Any) -> N
     tests = {1: _tests(repo, "mul", "mul(2, 3) == 6"), 2: _tests(repo, "div", "div(6, 3) == 2")}
     g = _graded(lab, grade_merged(lab, (1, 2), (_mul(repo), bogus), _runner(tests)))
     assert g.apply == ("applied", "failed") and g.merge_status == "missing_input"
-    assert not g.passed and g.features[0].reason == "a patch did not apply"
+    assert not g.passed and g.features[0].reason == "a patch did not apply; lead fallback: passed"
+    # the failed fallback keeps the counts of the lead's runs (it passed feature 1 alone)
+    assert g.features[0].tests_passed > 0 and "lead fallback" in g.features[1].reason
 
 
 def test_apply_falls_back_to_three_way(repo: Path, lab: Any) -> None:

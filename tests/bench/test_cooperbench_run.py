@@ -129,3 +129,15 @@ def test_resume_after_sigkill_loses_no_finished_pair(tmp_path: Path) -> None:
     keys = [r.group for r in map(PairResult.model_validate_json, after)]
     assert sorted(keys) == [(a, b) for a in range(1, 6) for b in range(a + 1, 6)]
     assert all(r.status != "error" for r in finished)
+
+
+def test_a_feature_paired_with_itself_runs_on_request(tmp_path: Path) -> None:
+    """`--pairs 3-3`: both coop agents make feature 3's gold patch, graded as 0.0.29's
+    identical patches; solo applies it twice over (the second a no-op): all pass, and
+    nothing of the gold patch is lost."""
+    report = run(RunSpec(out=tmp_path, task="kvstore", pairs="3-3",
+                         settings=("solo", "coop", "supervised")))
+    got = {r.setting: (r.group, r.status, r.merge_status) for r in report["results"]}
+    assert got == {"solo": ((3, 3), "passed", "solo"), "coop": ((3, 3), "passed", "identical"),
+                   "supervised": ((3, 3), "passed", "identical")}
+    assert all(r.lost == () for r in report["results"])

@@ -160,6 +160,8 @@ def test_messaging_off_blocks_messages_between_agents(tmp_path: Path) -> None:
     on = one_result(RunSpec(out=tmp_path / "on", **common))
     off = one_result(RunSpec(out=tmp_path / "off", messaging=False, **common))
     assert "sent" in on.reason and ".coop.agent" in on.reason
+    # an agent's name is its scope's (AgentContext.name), not the bare role
+    assert re.search(r"hello from 3-4\.coop\.agent[12]\b", on.reason), on.reason
     assert "blocked" in off.reason and "hello" not in off.reason and "sent" not in off.reason
 
 

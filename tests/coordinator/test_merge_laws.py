@@ -88,3 +88,23 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
 @pytest.mark.parametrize("case", FOUND, ids=[c[0] for c in FOUND])
 def test_found_cases_merge_as_git_merge(strategy: str, case: tuple[str, Files, Files, Files]):
     assert_as_git(strategy, *case[1:])
+
+
+# Found by the 1,000-case run (strategy fail), not fixed yet: theirs renames f.txt to
+# s.txt with an edit, ours rewrites f.txt. git scores the rename under its threshold and
+# conflicts at f.txt (modify/delete); Corral (libgit2's similarity) follows the rename and
+# conflicts at s.txt. Pinned until rename scoring is git's.
+OPEN: list[tuple[str, Files, Files, Files]] = [
+    ("rename scored near git's threshold",
+     {"f.txt": b"}0\r\nsame0\r\n\r\nx0\r\nx0\r\nb0\r\n    return 0\r\n\r\n",
+      "g.txt": b"\na1\n    return 1\na1\nsame1\nx1\nb1\n    return 1\n    return 1\na1\nsame1\n"},
+     {"f.txt": b"}0\r\nA0\r\n}0\r\n\r\n}0\r\n}0\r\nA0\r\nx0\r\nb0\r\n\r", "d/r.txt": b""},
+     {"f.txt": None, "s.txt": b"}0\r\nsame0\r\n\r\nx0\r\nx0\r\nb0\r\nA0\r\n}0\r\n\r"}),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="rename similarity is libgit2's, not git's (issue 28)")
+@pytest.mark.parametrize("case", OPEN, ids=[c[0] for c in OPEN])
+def test_open_cases_merge_as_git_merge(case: tuple[str, Files, Files, Files]):
+    assert_as_git("fail", *case[1:])
+
