@@ -142,22 +142,30 @@ def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 def cooperbench_table(report: dict[str, Any]) -> list[str]:
     """A `corral bench cooperbench` report's rows (setting and merge, group size) as a
     Markdown table: units, passes, pass rate with its Wilson interval, merge-clean and
-    feature pass rates, handoffs, and the median seconds per unit (`timings_median_s`).
-    docs/cooperbench.md shows the same table for its committed reports."""
+    feature pass rates, handoffs, the median seconds per unit (`timings_median_s`) and,
+    when the report counted them, the passes with gold code lost and the hunks lost in
+    them. docs/cooperbench.md shows the same table for its committed reports."""
     def pct(x: float | None) -> str:
-        return "—" if x is None else f"{100 * x:.0f} %"
+        return "\u2014" if x is None else f"{100 * x:.0f} %"
 
-    out = ["| setting | N | units | passed | pass rate (95 % CI) | merge clean | "
-           "feature pass | handoffs | s/unit (median) |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in report.get("rows", []):
+    rows = report.get("rows", [])
+    lost = any("passes_code_lost" in r for r in rows)  # reports from before lost hunks
+    head = ("| setting | N | units | passed | pass rate (95 % CI) | merge clean | "
+            "feature pass | handoffs | s/unit (median) |")
+    out = [head + (" passes with code lost | hunks lost |" if lost else ""),
+           "|---" * (11 if lost else 9) + "|"]
+    for r in rows:
         lo, hi = r.get("wilson95") or (None, None)
         ci = f" ({pct(lo).rstrip(' %')}\u2013{pct(hi)})" if lo is not None else ""
         total = report.get("timings_median_s", {}).get(r["row"], {}).get("total")
-        secs = "—" if total is None else f"{total:.1f}"
-        out.append(f"| {r['row'].split(' N=')[0]} | {r['size']} | {r['counted']} | "
-                   f"{r['passed']} | {pct(r['pass_rate'])}{ci} | "
-                   f"{pct(r.get('merge_clean_rate'))} | {pct(r.get('feature_pass_rate'))} | "
-                   f"{r.get('handoffs', 0)} | {secs} |")
+        secs = "\u2014" if total is None else f"{total:.1f}"
+        line = (f"| {r['row'].split(' N=')[0]} | {r['size']} | {r['counted']} | "
+                f"{r['passed']} | {pct(r['pass_rate'])}{ci} | "
+                f"{pct(r.get('merge_clean_rate'))} | {pct(r.get('feature_pass_rate'))} | "
+                f"{r.get('handoffs', 0)} | {secs} |")
+        if lost:
+            line += f" {r.get('passes_code_lost', 0)} | {r.get('lost_hunks_in_passes', 0)} |"
+        out.append(line)
     return out
 
 

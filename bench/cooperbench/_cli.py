@@ -6,7 +6,6 @@ The coordinator's CLI forwards its arguments here, so it never imports bench/.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,12 +16,27 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from coordinator.cli_shared import console, err, print_error
+from coordinator.cli_shared import console, err
 
 from ._agents import AgentOptions
 from ._census import CensusRow, GoldFold, census_table, census_task, compare_with_report
+from ._cli_checks import census_cmd, check_cmd
+from ._cli_options import (
+    CacheOpt,
+    DatasetOpt,
+    FeaturesOpt,
+    GroupSizeOpt,
+    GroupsOpt,
+    JsonFlag,
+    JsonOutOpt,
+    PairsOpt,
+    ReposOpt,
+    SubsetOpt,
+    TaskOpt,
+    emit_json,
+    fail,
+)
 from ._dataset import Group, mini_suite
 from ._given import DEFAULT_LAYOUT, discover, given_units
 from ._recipe import Unsupported
@@ -42,31 +56,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_mar
                   help="CooperBench pass rates (pairs, or groups of N features) with agents "
                        "in Corral scopes.")
 
-DatasetOpt = Annotated[Path | None, typer.Option(
-    help="A CooperBench dataset/ directory (default: the bundled mini suite).")]
-ReposOpt = Annotated[Path | None, typer.Option(
-    help="Directory of local mirrors or clones of the upstream repositories.")]
-SubsetOpt = Annotated[str | None, typer.Option(help="lite, flash, or a subset JSON file.")]
-TaskOpt = Annotated[str | None, typer.Option(
-    help="Tasks: comma-separated keys (pallets_click_task/task2068), ids or substrings.")]
-FeaturesOpt = Annotated[str | None, typer.Option(
-    help="Only pairs among these features, e.g. 1,2.")]
-PairsOpt = Annotated[str | None, typer.Option(
-    help="Units as 1-2,3-4 (groups: 1-2-3,2-4-5), or N for the first N.")]
-GroupSizeOpt = Annotated[int | None, typer.Option(
-    help="Features per unit: N agents, one feature each (default 2, pairs; with --subset, "
-         "its groups as listed).")]
-GroupsOpt = Annotated[int | None, typer.Option(
-    help="At most this many groups per task, spread evenly over the combinations.")]
-CacheOpt = Annotated[Path | None, typer.Option(
-    help="Where task repositories and environments are cached (default OUT/cache).")]
-# The CLI's one JSON convention (coordinator/cli.py): `--json` prints the report on
-# stdout (tables go to stderr), `-o/--json-out FILE` writes it; `main` turns the old
-# `--json FILE` into `-o FILE` with a note.
-JsonFlag = Annotated[bool, typer.Option(
-    "--json", metavar="", help="Print the report as JSON on stdout (tables go to stderr).")]
-JsonOutOpt = Annotated[Path | None, typer.Option(
-    "--json-out", "-o", metavar="FILE", help="Write the report as JSON to FILE.")]
+
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -125,9 +115,8 @@ def run_cmd(
     png: Annotated[Path | None, typer.Option("--plot", help="Write the PNG plot here "
                                            "(default OUT/report.png).")] = None,
 ) -> None:
-    """Run pairs or groups of N features (default: the bundled mini suite's pairs,
-    oracle agent, settings solo, coop and supervised, plain merge) and print pass
-    rates."""
+    """Run pairs or groups of N features (default: the mini suite's pairs, oracle agent,
+    settings solo, coop and supervised, plain merge) and print pass rates."""
     if ctx.invoked_subcommand:
         return
     _check_options(messaging, resolver, merge, executor)
@@ -149,7 +138,7 @@ def run_cmd(
             supervisor_base_url=supervisor_base_url, ablate=ablate)
         report = _run_with_progress(spec, executor, address)
     except (ValueError, LookupError, FileNotFoundError, ImportError) as e:
-        _fail(str(e))
+        fail(str(e))
         return
     except KeyboardInterrupt:
         _interrupted(out_dir)
@@ -186,7 +175,7 @@ def _report(spec: RunSpec, report: dict[str, Any], name: str, executor: str,
         out_console.print(f"plot: {png_path}", highlight=False, soft_wrap=True)
     except ImportError as e:
         err.print(f"[yellow]no plot:[/] {e}")
-    _emit_json(summary, json_flag, json_out)
+    emit_json(summary, json_flag, json_out)
     if markdown:
         markdown.write_text(to_markdown(summary))
     _exit_on_errors(results, out_console)
@@ -195,13 +184,13 @@ def _report(spec: RunSpec, report: dict[str, Any], name: str, executor: str,
 def _check_options(messaging: str, resolver: str | None, merge: str, executor: str) -> None:
     """Exit 2 naming the option whose value makes no sense (alone or with another)."""
     if messaging not in ("on", "off"):
-        _fail("--messaging is on or off")
+        fail("--messaging is on or off")
     if resolver is not None and not resolver.startswith("llm:"):
-        _fail("--resolver is llm:PROVIDER/MODEL")
+        fail("--resolver is llm:PROVIDER/MODEL")
     if resolver is not None and "corral" not in _csv(merge):
-        _fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
+        fail("--resolver resolves the conflicts of --merge corral: add corral to --merge")
     if executor not in ("local", "ray"):
-        _fail("--executor is local or ray")
+        fail("--executor is local or ray")
 
 
 def _exit_on_errors(results: list[PairResult], out: Console) -> None:
@@ -299,7 +288,7 @@ def conflicts_cmd(
     try:
         tasks, chosen = plan(spec)
     except (ValueError, FileNotFoundError) as e:
-        _fail(str(e))
+        fail(str(e))
         return
     by_task: dict[str, list[Group]] = {}
     for g in chosen:
@@ -335,124 +324,7 @@ def conflicts_cmd(
             out.print(f"  {d['task']} {'-'.join(map(str, d['group']))}: ours {d['ours']} "
                       f"(apply {'/'.join(d['apply'])}), theirs {d['theirs']} (apply failed "
                       f"{d['their_apply_failed']})")
-    _emit_json(data, json_flag, json_out)
-
-
-@app.command("census")
-def census_cmd(
-    dataset: DatasetOpt = None,
-    repos: ReposOpt = None,
-    task: TaskOpt = None,
-    pairs: PairsOpt = None,
-    group_size: GroupSizeOpt = None,
-    groups: GroupsOpt = None,
-    script_repo: Annotated[Path | None, typer.Option(
-        help="A git repository of cooperbench/CooperBench (default: "
-             "<repos>/cooperbench+CooperBench/repo).")] = None,
-    script_ref: Annotated[str, typer.Option(help="The script's commit or branch.")] = "main",
-    env_cache: CacheOpt = None,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-) -> None:
-    """The census checked against CooperBench's own check_gold_conflicts.py: its filter
-    and merge steps, read from its source, run on every pair (of every group), and the
-    dataset's gold_conflict_report.json. Exits 1 when anything differs."""
-    from ._census_check import PairScript, check_task, report_comparison, script_source
-
-    ds = dataset.resolve() if dataset else mini_suite() / "dataset"
-    cache = (env_cache or Path(".corral-bench") / "cache").resolve()
-    spec = RunSpec(out=cache, dataset=ds if dataset else None,
-                   repos=repos.resolve() if repos else None, task=task, pairs=pairs,
-                   group_size=group_size, groups=groups)
-    where = script_repo or (repos.resolve() / "cooperbench+CooperBench" / "repo" if repos
-                            else None)
-    if where is None:
-        _fail("give --script-repo (a git repository of cooperbench/CooperBench) or --repos")
-        return
-    try:
-        tasks, chosen = plan(spec)
-        script = PairScript(script_source(where, script_ref))
-    except (ValueError, FileNotFoundError) as e:
-        _fail(str(e))
-        return
-    checks = []
-    for key in sorted({g.task for g in chosen}):
-        t = tasks[key]
-        checks.append(check_task(script, t, base_repo(t, spec.repos_dir, cache),
-                                 cache / "census-check" / key.replace("/", "-"),
-                                 [g for g in chosen if g.task == key]))
-    out = err if json_flag else console
-    table = Table("task", "groups", "conflict (fold)", "script pairs", "script differs",
-                  "filter differs", title=f"Census against {where}: "
-                  f"check_gold_conflicts.py at {script_ref}")
-    for c in checks:
-        table.add_row(c.task, str(len(c.rows)), str(sum(r.verdict == "conflict" for r in c.rows)),
-                      str(c.pairs), str(len(c.differences)), str(len(c.filter_differences)))
-    out.print(table)
-    data: dict[str, Any] = {"script_ref": script_ref, "tasks": [c.as_dict() for c in checks]}
-    cmp = report_comparison(checks, ds / "gold_conflict_report.json")
-    if cmp is not None:
-        data["report"] = cmp
-        out.print(f"gold_conflict_report.json: {cmp['compared']} pairs compared, "
-                  f"{len(cmp['differences'])} differ")
-    _emit_json(data, json_flag, json_out)
-    if any(c.differences or c.filter_differences for c in checks) or (
-            cmp is not None and cmp["differences"]):
-        raise typer.Exit(1)
-
-
-@app.command("check")
-def check_cmd(
-    dataset: DatasetOpt = None,
-    repos: ReposOpt = None,
-    subset: SubsetOpt = None,
-    task: TaskOpt = None,
-    features: FeaturesOpt = None,
-    env_cache: CacheOpt = None,
-    backend: Annotated[str | None, typer.Option(help="Sandbox backend for scopes.")] = None,
-    test_timeout: Annotated[float, typer.Option(help="Seconds per test command.")] = 600.0,
-    json_flag: JsonFlag = False,
-    json_out: JsonOutOpt = None,
-) -> None:
-    """Which features can be graded: each feature's tests on the base (must fail) and
-    with its gold patch (must pass), CooperBench 0.0.29's rule, in the task's own
-    environment. Lists what breaks the rule."""
-    from ._gradeable import FeatureCheck, check_task
-
-    cache = (env_cache or Path(".corral-bench") / "cache").resolve()
-    spec = RunSpec(out=cache.parent / "check", dataset=dataset.resolve() if dataset else None,
-                   repos=repos.resolve() if repos else None, subset=subset, task=task,
-                   features=features, env_cache=cache, backend=backend,
-                   test_timeout=test_timeout)
-    try:
-        tasks, chosen = plan(spec)
-    except (ValueError, FileNotFoundError) as e:
-        _fail(str(e))
-        return
-    wanted: dict[str, set[int]] = {}
-    for p in chosen:
-        wanted.setdefault(p.task, set()).update(p.ids)
-    out = err if json_flag else console
-    rows: list[FeatureCheck] = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        progress = bar.add_task("features", total=sum(len(f) for f in wanted.values()))
-        for key in sorted(wanted):
-            rows += asyncio.run(check_task(tasks[key], spec, sorted(wanted[key]),
-                                           lambda _: bar.advance(progress)))
-    table = Table("task", "feature", "base", "gold", "gradeable", "why",
-                  title="Gradeability (0.0.29: fails on base, passes with its gold patch)")
-    for r in rows:
-        table.add_row(r.task, str(r.feature), _counts(r.base), _counts(r.gold),
-                      "yes" if r.gradeable else "[red]no[/]", escape(r.why))
-    out.print(table)
-    good = sum(r.gradeable for r in rows)
-    errors = sum(bool(r.error) for r in rows)
-    out.print(f"{good} of {len(rows)} features are gradeable")
-    _emit_json({"features": [r.as_dict() for r in rows],
-                "totals": {"features": len(rows), "gradeable": good,
-                           "not_gradeable": len(rows) - good - errors, "error": errors}},
-               json_flag, json_out)
+    emit_json(data, json_flag, json_out)
 
 
 @app.command("grade")
@@ -497,24 +369,10 @@ def grade_cmd(
             given=given)
         report = _run_with_progress(spec, "local", None)
     except (ValueError, LookupError, FileNotFoundError) as e:
-        _fail(str(e))
+        fail(str(e))
         return
     _report(spec, report, name, "local", err if json_flag else console, png=png,
             markdown=markdown, json_flag=json_flag, json_out=json_out)
-
-
-def _counts(run: Any) -> str:
-    if run is None:
-        return "-"
-    verdict = "pass" if run.passed else "timeout" if run.timed_out else "fail"
-    return f"{verdict} {run.tests_passed}/{run.tests_passed + run.tests_failed}"
-
-
-def _emit_json(data: Any, to_stdout: bool, path: Path | None) -> None:
-    if path is not None:
-        path.write_text(json.dumps(data, indent=2))
-    if to_stdout:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def legacy_json(args: list[str]) -> list[str]:
@@ -528,9 +386,8 @@ def legacy_json(args: list[str]) -> list[str]:
     return out
 
 
-def _fail(message: str) -> None:
-    print_error(message)
-    raise typer.Exit(2)
+app.command("census")(census_cmd)
+app.command("check")(check_cmd)
 
 
 def main(args: list[str]) -> None:
