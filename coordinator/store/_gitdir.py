@@ -25,7 +25,7 @@ from types import TracebackType
 import pygit2
 from pygit2.enums import ObjectType
 
-__all__ = ["GitDir", "MergeTree", "merge_tree", "tree_bytes"]
+__all__ = ["GitDir", "MergeTree", "git_renames", "merge_tree", "tree_bytes"]
 
 _ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CEILING_DIRECTORIES")
@@ -53,6 +53,43 @@ def tree_bytes(entries: Mapping[str, tuple[str, int]]) -> bytes:
         f"{entries[n][1]:o} ".encode() + n.encode() + b"\0" + bytes.fromhex(entries[n][0])
         for n in sorted(entries, key=key)
     )
+
+
+def git_renames(gone: Mapping[str, bytes], added: Mapping[str, bytes]) -> list[tuple[str, str]]:
+    """The renames git finds (old path, new path) from files deleted (`gone`: path ->
+    content) to files added: `git diff-tree -r -M` between a tree of just the one and
+    a tree of just the other, which pairs nothing else and scores as git's merge does
+    (whole paths kept: git prefers a match with the same basename)."""
+    if not gone or not added:
+        return []
+    with GitDir() as git:
+        def tree(files: Mapping[str, bytes]) -> str:
+            top: dict[str, dict[str, bytes] | bytes] = {}
+            for path, data in files.items():
+                head, _, rest = path.partition("/")
+                if rest:
+                    sub = top.setdefault(head, {})
+                    assert isinstance(sub, dict)
+                    sub[rest] = data
+                else:
+                    top[head] = data
+            return git.write(ObjectType.TREE, tree_bytes({
+                name: ((git.blob(v), 0o100644) if isinstance(v, bytes)
+                       else (tree(v), 0o040000)) for name, v in top.items()}))
+
+        done = git.run("diff-tree", "-r", "-M", "-z", "--name-status", tree(gone), tree(added))
+        if done.returncode != 0:
+            raise OSError(f"git diff-tree failed: {done.stderr.decode(errors='replace')}")
+    fields = done.stdout.split(b"\0")
+    out, i = [], 0
+    while i < len(fields) - 1:
+        status = fields[i]
+        if status.startswith(b"R"):
+            out.append((fields[i + 1].decode(), fields[i + 2].decode()))
+            i += 3
+        else:
+            i += 2
+    return out
 
 
 class GitDir:

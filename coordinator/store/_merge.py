@@ -35,6 +35,7 @@ from ._favor import (
     merge_driver,
     settle,
 )
+from ._gitdir import git_renames
 from ._gitnames import entry
 from ._pygit2 import FileMerge
 from ._trace import Trace
@@ -427,8 +428,9 @@ def _renames(
 ) -> dict[str, str]:
     """Files `side` renamed (old path -> new path) that the other side changed
     (edited or deleted) at the old path. Looked for only when there is such a
-    file, so a merge without one pays nothing; found with libgit2's rename
-    detection (git's default: 50 % similar). Empty files are never renamed
+    file, so a merge without one pays nothing; found by git's own rename
+    detection (`git diff-tree -M`, the diffcore its merge uses: 50 % similar);
+    libgit2's scores similarity differently near that threshold. Empty files are never renamed
     (git's merge sets `rename_empty` off).
 
     Renames pair files deleted with files added, nothing else, so the
@@ -444,15 +446,9 @@ def _renames(
             gone[p] = was
     added = {p: v for p, v in d_side.items()
              if v is not None and v[0] != _EMPTY and _side(base, p) is None}
-    old_tree, new_tree = trace.build_tree(None, gone), trace.build_tree(None, added)
-    diff = trace.tree(old_tree).diff_to_tree(trace.tree(new_tree))
-    diff.find_similar(flags=pygit2.enums.DiffFind.FIND_RENAMES)
-    out: dict[str, str] = {}
-    for delta in diff.deltas:
-        old, new = delta.old_file.path, delta.new_file.path
-        if delta.status_char() == "R" and old in candidates:
-            out[old] = new
-    return out
+    pairs = git_renames({p: trace.blob(v[0]) for p, v in gone.items() if v},
+                        {p: trace.blob(v[0]) for p, v in added.items()})
+    return {old: new for old, new in pairs if old in candidates}
 
 
 _EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"

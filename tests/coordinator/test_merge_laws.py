@@ -81,20 +81,9 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
     # a last line of a lone CR: -X theirs cut the conflict's last line there
     ("lone CR at the end", {"f.txt": CRLF_BODY}, {"f.txt": CRLF_BODY + b"\r\nsame0\r\n"},
      {"f.txt": CRLF_BODY + b"}0\r\n\r\nsame0\r"}),
-]
-
-
-@pytest.mark.parametrize("strategy", ALL)
-@pytest.mark.parametrize("case", FOUND, ids=[c[0] for c in FOUND])
-def test_found_cases_merge_as_git_merge(strategy: str, case: tuple[str, Files, Files, Files]):
-    assert_as_git(strategy, *case[1:])
-
-
-# Found by the 1,000-case run (strategy fail), not fixed yet: theirs renames f.txt to
-# s.txt with an edit, ours rewrites f.txt. git scores the rename under its threshold and
-# conflicts at f.txt (modify/delete); Corral (libgit2's similarity) follows the rename and
-# conflicts at s.txt. Pinned until rename scoring is git's.
-OPEN: list[tuple[str, Files, Files, Files]] = [
+    # from the 1,000-case run: theirs renames f.txt to s.txt with an edit near git's 50 %
+    # threshold; git scores it below and conflicts at f.txt (modify/delete), libgit2's
+    # similarity scored it above
     ("rename scored near git's threshold",
      {"f.txt": b"}0\r\nsame0\r\n\r\nx0\r\nx0\r\nb0\r\n    return 0\r\n\r\n",
       "g.txt": b"\na1\n    return 1\na1\nsame1\nx1\nb1\n    return 1\n    return 1\na1\nsame1\n"},
@@ -103,8 +92,9 @@ OPEN: list[tuple[str, Files, Files, Files]] = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="rename similarity is libgit2's, not git's (issue 28)")
-@pytest.mark.parametrize("case", OPEN, ids=[c[0] for c in OPEN])
-def test_open_cases_merge_as_git_merge(case: tuple[str, Files, Files, Files]):
-    assert_as_git("fail", *case[1:])
+@pytest.mark.parametrize("strategy", ALL)
+@pytest.mark.parametrize("case", FOUND, ids=[c[0] for c in FOUND])
+def test_found_cases_merge_as_git_merge(strategy: str, case: tuple[str, Files, Files, Files]):
+    assert_as_git(strategy, *case[1:])
+
 
