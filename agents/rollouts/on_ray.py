@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -53,7 +54,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-    ray.init(address=address, num_cpus=num_cpus if address is None else None,
+    # "local": a new cluster of our own, never one `ray start` left running on this machine
+    ray.init(address=address or "local", num_cpus=num_cpus if address is None else None,
              runtime_env={"env_vars": env} if env else None, include_dashboard=False,
              log_to_driver=False, configure_logging=False)
 
@@ -76,6 +78,9 @@ class _Spec:
     prices: PriceTable
     max_tokens: int | None
     max_cost: float | None
+    run: str = ""
+    """This executor's id: with the job, the name of the sibling's work directory (object
+    ids repeat across drivers; this one does not)."""
     provider_for: Callable[[str], Provider] | None = None
     hook: Hook | None = None
 
@@ -99,6 +104,7 @@ class RayExecutor:
     _bases: dict[str, _Base] = field(default_factory=dict)
     _shipping: asyncio.Lock = field(default_factory=asyncio.Lock)
     _spent: list[LeafNode] = field(default_factory=list)
+    _run: str = field(default_factory=lambda: secrets.token_hex(8))
 
     async def run(self, job: SiblingJob) -> LeafNode | None:
         g = self.grower
@@ -137,7 +143,7 @@ class RayExecutor:
             test=g.test, max_steps=g.max_steps, test_timeout=g.test_timeout,
             backend=g.coord.backend.name, base_url=self.base_url, tokens=self.tokens,
             prices=g.spend.table, max_tokens=left_tokens, max_cost=left_cost,
-            provider_for=self.provider_for, hook=self.hook)
+            run=self._run, provider_for=self.provider_for, hook=self.hook)
 
 
 _STATES: dict[str, tuple[Path, frozenset[str]]] = {}
@@ -184,7 +190,7 @@ def _sweep_dead_bases() -> None:
 def _sibling(spec: _Spec, job: SiblingJob, base: list[Any]) -> tuple[str, Shipment]:
     """One sibling on this worker: a fresh copy of the base, the sibling run in it."""
     state, objects = _local_base(base[0])
-    work = _work_dir(base[0].hex(), job)
+    work = _work_dir(spec.run, job)
     clear_dir(work)  # a retry: what the killed attempt left, its mounts with it
     try:
         shutil.copytree(state / "trace.git", work / "state" / "trace.git")
@@ -193,11 +199,11 @@ def _sibling(spec: _Spec, job: SiblingJob, base: list[Any]) -> tuple[str, Shipme
         clear_dir(work)
 
 
-def _work_dir(base: str, job: SiblingJob) -> Path:
+def _work_dir(run: str, job: SiblingJob) -> Path:
     """Where the sibling runs: named after the job, not at random, so Ray's retry of a
     sibling whose worker was killed finds and clears the killed attempt's directory."""
     arm = "" if job.variant is None else ("-with" if job.variant.taken else "-without")
-    return _TOP / f"sibling-{base}-{job.fork.id}-{job.sibling}{arm}"
+    return _TOP / f"sibling-{run}-{job.fork.id}-{job.sibling}{arm}"
 
 
 async def _run_here(spec: _Spec, job: SiblingJob, state: Path, objects: frozenset[str]
