@@ -38,6 +38,9 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
+    # the kill hook lives in this module, which Ray's workers cannot import wherever
+    # pytest was started from (they do not get its sys.path): ship it by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     connect(num_cpus=2)
     yield
     ray.shutdown()
