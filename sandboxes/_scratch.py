@@ -157,11 +157,4 @@ def clear_exec_base(root: Path) -> None:
     base = exec_base(root)
     with _bases_lock:
         _bases.discard(base)
-        for _ in range(3):
-            points = mounts_under(base)
-            if not points:
-                break
-            for point in points:
-                with contextlib.suppress(MountError):
-                    umount(point, detach=True)
-        remove_tree(base)
+        clear_dir(base)
