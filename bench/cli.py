@@ -162,6 +162,9 @@ def bench_rollouts(
                                     "full re-run).")] = "1,10,20,29",
     ray_siblings: Annotated[int, typer.Option(
         help="Siblings timed on a local Ray cluster of 2 workers (0: skip).")] = 8,
+    only: Annotated[str, typer.Option(
+        help="Run only these parts (comma-separated: siblings, suffix, ray); the others "
+             "are null in the report. Default: all.")] = "",
     backend: BackendOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
@@ -170,10 +173,15 @@ def bench_rollouts(
     """Rollout trees: a pair's sibling, and a suffix against a full re-run (issue 27)."""
     from bench import rollouts as rollouts_bench
 
+    parts = [p.strip() for p in only.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(rollouts_bench.PARTS))
+    if unknown:
+        raise typer.BadParameter(f"no part {', '.join(unknown)} "
+                                 f"(parts: {', '.join(rollouts_bench.PARTS)})", param_hint="--only")
     target = json_target(json_flag, json_out, legacy_json)  # before any work
     report = rollouts_bench.run(history, runs, steps,
                                 [int(k) for k in at.split(",") if k.strip()], backend,
-                                ray_siblings)
+                                ray_siblings, parts)
     show_report(rollouts_bench.render(report), report, target)
 
 
