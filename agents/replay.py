@@ -9,8 +9,9 @@ live provider, and so does everything after it. The report says at which step th
 diverged, how many tokens the recording saved, and how much of the live suffix's prompt the
 provider served from its prompt cache.
 
-`Changes` makes the replay counterfactual: another system prompt, or a note added at step k
-(the run then diverges exactly at step k).
+`Changes` makes the replay counterfactual: another system prompt, a note added at step k
+(the run then diverges exactly at step k), or another model from step k on (its requests name
+it, so none matches the recording: every call from step k is live, on `model_provider`).
 
 Replayed `model.call` effects are recorded with the recorded response blob and usage and
 `outcome.replayed = True`; everything else in a replayed trace is equal to the original
@@ -41,6 +42,10 @@ class Changes:
     """Another system prompt: the run diverges at its first step after the fork."""
     notes: Mapping[int, str] = field(default_factory=dict)
     """A user message added before step k (1-based, counted from the task's start)."""
+    model: str | None = None
+    """Another model (a provider spec, PROVIDER/MODEL) answers from step `model_from` on."""
+    model_from: int = 1
+    """The first step `model` answers (1-based, counted from the task's start)."""
 
 
 class ReplayProvider:
@@ -68,6 +73,11 @@ class ReplayProvider:
     @property
     def model(self) -> str:
         return self._model
+
+    def switch(self, live: Provider | None, model: str) -> None:
+        """From now on `live` answers as `model`, and nothing more is served."""
+        self.recorded = self.recorded[:self.served]
+        self.live, self._model = live, model
 
     def serve(self, request_blob: str) -> ModelOutcome | None:
         if self.diverged_at is None:
@@ -133,6 +143,7 @@ async def replay(
     max_steps: int = 30,
     attempts: int = 4,
     serve: bool = True,
+    model_provider: Provider | None = None,
 ) -> ReplayReport:
     """Fork `scope` at `from_commit` and re-run its agent's task from there.
 
@@ -140,7 +151,8 @@ async def replay(
     the scope's branch; `provider` serves requests once the run diverges. Returns the
     report; the replay's effects are on the scope `name` (default `<scope>-replay-<n>`).
     `serve=False` serves nothing from the recording: every call after the fork is live
-    (a full re-run from the fork, to compare a replay against).
+    (a full re-run from the fork, to compare a replay against). `model_provider` answers
+    for `changes.model` (default `provider`).
 
     Raises:
         ValueError: `from_commit` is not on the scope's branch, or the branch holds no
@@ -183,6 +195,8 @@ async def replay(
         max_output_tokens=first_request.max_tokens, temperature=first_request.temperature,
         seed=first_request.seed, notes=changes.notes, base=src.fork_point,
     )
+    if changes.model is not None:
+        _switch_model(agent, source, caller, changes, model_provider or provider, prefix_steps)
     result = await agent.run()
     return ReplayReport(
         scope=name, from_commit=start, diverged_at=source.diverged_at, served=source.served,
@@ -190,3 +204,34 @@ async def replay(
         live_prompt_tokens=caller.prompt_tokens, live_cached_tokens=caller.cached_tokens,
         result=result,
     )
+
+
+def _switch_model(agent: CodingAgent, source: ReplayProvider, caller: ModelCaller,
+                  changes: Changes, live: Provider | None, prefix_steps: int) -> None:
+    """Let `changes.model` answer from step `changes.model_from` (or the fork's first step,
+    when that is later) on: from the start, or when the agent reaches that step."""
+    assert changes.model is not None
+    name, _, model = changes.model.partition("/")
+    if not model:
+        raise ValueError(f"model spec {changes.model!r} is not PROVIDER/MODEL")
+    at = max(changes.model_from, prefix_steps + 1)
+
+    def switch() -> None:
+        source.switch(live, model)
+        caller.name = name  # what the model.call effects record as the provider
+
+    if at == prefix_steps + 1:
+        switch()
+        return
+
+    switched = False
+
+    async def before() -> None:
+        nonlocal switched
+        # The agent's step count is the steps made; its first value (0, before it rebuilds
+        # the prefix from the trace) is below `at` too, since `at` > prefix_steps + 1.
+        if not switched and agent.steps + 1 >= at:
+            switch()
+            switched = True
+
+    agent.before_step = before

@@ -165,6 +165,11 @@ def cro_cmd(
         "--note", help="The change: K:TEXT, a note before step K; repeat.")] = None,
     deny: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--deny", help="The change: a tool policy blocking this intent kind; repeat.")] = None,
+    model: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The change: another model (PROVIDER/MODEL, at --base-url) from --model-from "
+             "on.")] = None,
+    model_from: Annotated[int, typer.Option(
+        help="The first step (1-based) the --model answers.", min=1)] = 1,
     base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="The model server of the runs' models.")] = None,
     full: Annotated[bool, typer.Option(
@@ -184,7 +189,7 @@ def cro_cmd(
             fail(f"--note is K:TEXT (got {n!r})")
         notes[int(k)] = text
     change = Change(system=system.read_text() if system else None, notes=notes,
-                    deny=tuple(deny or ()))
+                    deny=tuple(deny or ()), model=model, model_from=model_from)
     runs = [(r.rpartition(":")[0], r.rpartition(":")[2]) if ":" in r else (r, "agent-1")
             for r in run]
     try:
