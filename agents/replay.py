@@ -31,7 +31,7 @@ from ._transcript import model_calls
 from .coding import AgentResult, CodingAgent
 from .providers import ModelError, ModelRequest, ModelResponse, Provider, UserMessage
 
-__all__ = ["Changes", "ReplayProvider", "ReplayReport", "replay"]
+__all__ = ["Changes", "ReplayProvider", "ReplayReport", "replay", "replay_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,15 +158,52 @@ async def replay(
         ValueError: `from_commit` is not on the scope's branch, or the branch holds no
             model call to learn the task from.
     """
-    changes = changes or Changes()
     src = coord.scope(scope) if isinstance(scope, str) else scope
+    start = await coord.io(_on_line, coord, src, from_commit)
+    if name is None:
+        n = 1
+        while f"{src.name}-replay-{n}" in coord.scopes:
+            n += 1
+        name = f"{src.name}-replay-{n}"
+    child = await src.fork(name, at=start)
+    return await replay_in(coord, src, child, changes=changes, provider=provider,
+                           max_steps=max_steps, attempts=attempts, serve=serve,
+                           model_provider=model_provider)
+
+
+def _on_line(coord: Coordinator, src: Scope, rev: str) -> str:
+    start = str(coord.trace.commit(rev).id)
+    if start not in {e.commit for e in coord.trace.log(src.head)}:
+        raise ValueError(f"{rev} is not on the branch of scope {src.name!r}")
+    return start
+
+
+async def replay_in(
+    coord: Coordinator,
+    src: Scope,
+    child: Scope,
+    *,
+    changes: Changes | None = None,
+    provider: Provider | None = None,
+    max_steps: int = 30,
+    attempts: int = 4,
+    serve: bool = True,
+    model_provider: Provider | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> ReplayReport:
+    """`replay` in `child`, a fresh fork of `src` at a commit of its branch (a member of a
+    team forked at a cut, say): its agent re-runs the task of `src` from there, knowing its
+    teammates by `aliases` (name -> scope, as `CodingAgent` takes them). Raises ValueError
+    as `replay` does."""
+    changes = changes or Changes()
     trace = coord.trace
 
     def plan() -> tuple[str, list[Effect], int, ModelRequest, ModelCall]:
-        start = str(trace.commit(from_commit).id)
         line = [e.commit for e in trace.log(src.head)]
+        # The child's first commit is its scope.fork, whose parent is where it forked.
+        start = str(trace.commit(child.fork_point).parent_ids[0])
         if start not in line:
-            raise ValueError(f"{from_commit} is not on the branch of scope {src.name!r}")
+            raise ValueError(f"{child.name!r} is not forked from the branch of {src.name!r}")
         cut = line.index(start)
         calls = model_calls(trace, src.head)
         after = [eff for commit, eff in calls if line.index(commit) > cut]
@@ -179,12 +216,6 @@ async def replay(
 
     start, after, prefix_steps, first_request, first_call = await coord.io(plan)
     task = next((m.text for m in first_request.messages if isinstance(m, UserMessage)), "")
-    if name is None:
-        n = 1
-        while f"{src.name}-replay-{n}" in coord.scopes:
-            n += 1
-        name = f"{src.name}-replay-{n}"
-    child = await src.fork(name, at=start)
     source = ReplayProvider(after if serve else [], provider, name=first_call.provider,
                             model=first_call.model, first_step=prefix_steps + 1)
     caller = ModelCaller(coord, source, name=first_call.provider, attempts=attempts)
@@ -193,14 +224,14 @@ async def replay(
         system=changes.system if changes.system is not None else first_request.system,
         tools=first_request.tools, max_steps=max_steps,
         max_output_tokens=first_request.max_tokens, temperature=first_request.temperature,
-        seed=first_request.seed, notes=changes.notes, base=src.fork_point,
+        seed=first_request.seed, notes=changes.notes, base=src.fork_point, aliases=aliases,
     )
     if changes.model is not None:
         _switch_model(agent, source, caller, changes, model_provider or provider, prefix_steps)
     result = await agent.run()
     return ReplayReport(
-        scope=name, from_commit=start, diverged_at=source.diverged_at, served=source.served,
-        live_calls=caller.calls, tokens_saved=caller.saved_tokens,
+        scope=child.name, from_commit=start, diverged_at=source.diverged_at,
+        served=source.served, live_calls=caller.calls, tokens_saved=caller.saved_tokens,
         live_prompt_tokens=caller.prompt_tokens, live_cached_tokens=caller.cached_tokens,
         result=result,
     )
