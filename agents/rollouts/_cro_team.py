@@ -5,13 +5,14 @@ run by replaying the team together from a cut before each member's first affecte
 the team is cut consistently with every affected member at or before the commit just
 before that call (`cut_before`: a member that took a message sent after its sender's cut
 moves earlier too) and the others at their heads, forked there (`Coordinator.fork_team`),
-and every member re-runs its task from its cut head at once (`agents.replay_in`, knowing
-its teammates by their recorded names): a member's calls are served from the recording
-while its requests match it, so a member the change leaves alone costs no tokens until
-what it is told differs. The team's result (the members merged, in name order, into a fork
-of their base) is graded by the test command. Unless `full=False`, the same team is then
-re-run in full under the change (cut before every member's first model call, nothing
-served) for the baseline.
+and every member the cut moved off its recorded head re-runs its task from its cut head
+at once (`agents.replay_in`, knowing its teammates by their recorded names): its calls are
+served from the recording while its requests match it, so a member the change leaves alone
+costs no tokens until what it is told differs. A member cut at its recorded head is kept as
+it was (its agent does not run again). The team's result (the members merged, in name
+order, into a fork of their base) is graded by the test command. Unless `full=False`, the
+same team is then re-run in full under the change (cut before every member's first model
+call, nothing served) for the baseline.
 """
 
 from __future__ import annotations
@@ -110,23 +111,35 @@ async def _try(coord: Coordinator, cut: Cut, name: str, setup: _Setup, serve: bo
     change (served from the recording while its requests match, unless not `serve`), and
     grade the team's merge."""
     started = time.perf_counter()
-    prefix = _free(coord, name) + "."
+    prefix = _free_prefix(coord, name)
     forked = await coord.fork_team(cut, prefix)
     setup.deny.scopes.update(s.name for s in forked)
     aliases = {m.scope: s.name for m, s in zip(cut.members, forked, strict=True)}
     change = setup.change
     changes = Changes(system=change.system, notes=dict(change.notes), model=change.model,
                       model_from=change.model_from)
+    # A member cut at its recorded head is done as it was: its agent does not run again.
+    again = [(m.scope, s) for m, s in zip(cut.members, forked, strict=True)
+             if m.head != coord.scope(m.scope).head]
     reports = await asyncio.gather(*(
-        replay_in(coord, coord.scope(m.scope), s, changes=changes, provider=setup.providers[0],
+        replay_in(coord, coord.scope(member), s, changes=changes, provider=setup.providers[0],
                   model_provider=setup.providers[1], max_steps=setup.max_steps, serve=serve,
                   aliases=aliases)
-        for m, s in zip(cut.members, forked, strict=True)))
+        for member, s in again))
     reward = await _grade(coord, f"{prefix}grade", setup.base, forked, setup.test,
                           setup.timeout)
     tokens = sum(r.result.prompt_tokens + r.result.completion_tokens for r in reports)
     return _Tried(prefix, reward, tokens, round(time.perf_counter() - started, 3),
-                  {m.scope: r.served for m, r in zip(cut.members, reports, strict=True)})
+                  {member: r.served for (member, _), r in zip(again, reports, strict=True)})
+
+
+def _free_prefix(coord: Coordinator, name: str) -> str:
+    """`<name>.`, or `<name>-<n>.` for the first n from 2 that no scope's name starts with
+    (a change tried again on the same team)."""
+    n, found = 2, name
+    while any(s.startswith(found + ".") for s in coord.scopes):
+        found, n = f"{name}-{n}", n + 1
+    return found + "."
 
 
 def _cuts(coord: Coordinator, members: Sequence[str], change: Change, name: str

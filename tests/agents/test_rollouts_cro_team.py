@@ -100,6 +100,7 @@ async def test_the_cli_tries_a_change_on_a_team(tmp_path: Path) -> None:
                 "--test", TEST, "--note", f"3:{HINT}", "--no-full",
                 "--base-url", server.base_url, "--json"]
         out = await asyncio.to_thread(CliRunner().invoke, app, args)
+        again = await asyncio.to_thread(CliRunner().invoke, app, args)
         mixed = await asyncio.to_thread(CliRunner().invoke, app, [
             "rollouts", "cro", f"{state}:agent-1", f"{tmp_path}/other:agent-2", "--team",
             "--test", TEST])
@@ -108,3 +109,5 @@ async def test_the_cli_tries_a_change_on_a_team(tmp_path: Path) -> None:
     assert report["steps"] == {"agent-1": 3, "agent-2": None}
     assert (report["reward"], report["full_reward"], report["rerun"]) == (1.0, None, None)
     assert mixed.exit_code != 0 and "one state" in mixed.output
+    assert again.exit_code == 0, again.output  # tried again: scopes of its own
+    assert json.loads(again.stdout)["replayed"] == "agent-1-cro-2."
