@@ -21,6 +21,7 @@ from tests.conftest import make_repo
 pytestmark = pytest.mark.slow
 
 TEST = "grep -qx 1 answer.txt && test -f b.txt"
+TEST_B = "grep -qx 1 answer.txt"
 HINT = "the answer is 1"
 
 
@@ -111,3 +112,48 @@ async def test_the_cli_tries_a_change_on_a_team(tmp_path: Path) -> None:
     assert mixed.exit_code != 0 and "one state" in mixed.output
     assert again.exit_code == 0, again.output  # tried again: scopes of its own
     assert json.loads(again.stdout)["replayed"] == "agent-1-cro-2."
+
+
+def chatty(payload: dict[str, Any]) -> Reply:
+    """Agent a tells b the answer, then finishes; b lists, writes the answer (1 once told),
+    finishes."""
+    step = steps_of(payload)
+    task = str(next(m.get("content") for m in payload["messages"] if m.get("role") == "user"))
+    if task == "task a":
+        return call("send_message", to="b", text=HINT) if step == 0 else call(
+            "finish", summary="done")
+    told = any(HINT in str(m.get("content")) for m in payload["messages"])
+    script = [call("list_files", path="."),
+              call("write_file", path="answer.txt", content="1\n" if told else "0\n")]
+    return script[step] if step < len(script) else call("finish", summary="done")
+
+
+async def test_a_teammate_that_took_a_message_sent_after_the_cut_is_replayed_too(
+        tmp_path: Path) -> None:
+    """a's message to b is denied: a is affected at its first call; b, unaffected, took
+    the message at its second, so the cut moves it back before that and b re-runs, never
+    told: the team fails as in the full re-run, where the recorded team passed."""
+    from agents import CodingAgent, ModelCaller
+    from agents.providers import OpenAIProvider
+
+    state = tmp_path / "state"
+    async with ScriptedModelServer() as server:
+        server.script("m", chatty)
+        provider = OpenAIProvider("m", base_url=server.base_url)
+        async with Coordinator.open(state, make_repo(tmp_path / "repo", {"R": "r\n"})) as coord:
+            a, b = await coord.root.fork("a"), await coord.root.fork("b")
+            for steps in (1, 2, 3):  # b's step 1 before a speaks, its step 2 after
+                for scope in (b, a):
+                    await CodingAgent(coord, scope, ModelCaller(coord, provider),
+                                      f"task {scope.name}", max_steps=steps).run()
+        await provider.aclose()
+        recorded = (await cro_team(state, ["a", "b"], Change(deny=("exec",)), test=TEST_B,
+                                   base_url=server.base_url, full=False)).as_dict()
+        report = (await cro_team(state, ["a", "b"], Change(deny=("message",)), test=TEST_B,
+                                 base_url=server.base_url)).as_dict()
+    assert (recorded["steps"], recorded["reward"]) == ({"a": None, "b": None}, 1.0)
+    assert report["steps"] == {"a": 1, "b": None}
+    assert (report["reward"], report["full_reward"]) == (0.0, 0.0)
+    # a's first call is served (its request is the recording's; what it asked is then
+    # denied); b is cut after its first call, and its second, untold, goes live
+    assert report["served"] == {"a": 1, "b": 0}
