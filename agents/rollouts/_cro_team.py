@@ -97,8 +97,10 @@ class _Setup:
     """What the replays of one team run share."""
 
     change: Change
-    providers: tuple[Provider, Provider | None]
-    """The recorded model's and the change's model's (None: the change has no model)."""
+    providers: dict[str, Provider]
+    """Each member's recorded model's, by member."""
+    model_provider: Provider | None
+    """The change's model's (None: the change has no model)."""
     deny: _Deny
     base: tuple[Scope, str]
     test: str
@@ -122,9 +124,9 @@ async def _try(coord: Coordinator, cut: Cut, name: str, setup: _Setup, serve: bo
     again = [(m.scope, s) for m, s in zip(cut.members, forked, strict=True)
              if m.head != coord.scope(m.scope).head]
     reports = await asyncio.gather(*(
-        replay_in(coord, coord.scope(member), s, changes=changes, provider=setup.providers[0],
-                  model_provider=setup.providers[1], max_steps=setup.max_steps, serve=serve,
-                  aliases=aliases)
+        replay_in(coord, coord.scope(member), s, changes=changes,
+                  provider=setup.providers[member], model_provider=setup.model_provider,
+                  max_steps=setup.max_steps, serve=serve, aliases=aliases)
         for member, s in again))
     reward = await _grade(coord, f"{prefix}grade", setup.base, forked, setup.test,
                           setup.timeout)
@@ -172,7 +174,7 @@ async def cro_team(
     Raises ValueError for a member without model calls or a bad model spec."""
     members = sorted(members)
     async with Coordinator.open(state) as coord:
-        first = await coord.io(_first_call, coord, members[0])
+        firsts = {m: await coord.io(_first_call, coord, m) for m in members}
         steps, cut, whole = await coord.io(_cuts, coord, members, change, "cro")
         base = await coord.io(_base, coord, members[0])
         if cut is None:  # nothing to replay: the recorded team is the result
@@ -180,20 +182,21 @@ async def cro_team(
                                   [coord.scope(m) for m in members], test, test_timeout)
             return TeamCroReport(str(state), tuple(members), steps, dict.fromkeys(members, 0),
                                  reward, reward if full else None, 0, 0, 0.0, 0.0, None, None)
-        provider = provider_from_spec(f"{first.provider}/{first.model}", base_url)
+        specs = {m: f"{c.provider}/{c.model}" for m, c in firsts.items()}
+        made = {spec: provider_from_spec(spec, base_url) for spec in set(specs.values())}
         other = provider_from_spec(change.model, base_url) if change.model else None
         deny = _Deny(change.deny)
         coord.chain.policies.insert(0, deny)
-        setup = _Setup(change, (provider, other), deny, base, test, max_steps, test_timeout)
+        setup = _Setup(change, {m: made[spec] for m, spec in specs.items()}, other, deny,
+                       base, test, max_steps, test_timeout)
         try:
             done = await _try(coord, cut, f"{members[0]}-cro", setup, True)
             again = await _try(coord, whole, f"{members[0]}-cro-full", setup, False) if full \
                 else None
         finally:
             coord.chain.policies.remove(deny)
-            await provider.aclose()
-            if other is not None:
-                await other.aclose()
+            for provider in [*made.values(), *([other] if other is not None else [])]:
+                await provider.aclose()
     return TeamCroReport(
         str(state), tuple(members), steps, {m: done.served.get(m, 0) for m in members},
         done.reward, again.reward if again else None, done.tokens,
