@@ -41,7 +41,7 @@ from .protocol import (
     load_agent,
     scope_patch,
 )
-from .replay import Changes, ReplayProvider, ReplayReport, replay
+from .replay import Changes, ReplayProvider, ReplayReport, replay, replay_in
 from .run import run_tasks
 from .run_report import RunReport
 from .scripted_agent import Delete, Patch, Run, ScriptedAgent, Send, Step, Write
@@ -77,6 +77,7 @@ __all__ = [
     "load_agent",
     "read_tokens",
     "replay",
+    "replay_in",
     "run_tasks",
     "scope_patch",
     "step_commit",

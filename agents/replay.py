@@ -9,8 +9,9 @@ live provider, and so does everything after it. The report says at which step th
 diverged, how many tokens the recording saved, and how much of the live suffix's prompt the
 provider served from its prompt cache.
 
-`Changes` makes the replay counterfactual: another system prompt, or a note added at step k
-(the run then diverges exactly at step k).
+`Changes` makes the replay counterfactual: another system prompt, a note added at step k
+(the run then diverges exactly at step k), or another model from step k on (its requests name
+it, so none matches the recording: every call from step k is live, on `model_provider`).
 
 Replayed `model.call` effects are recorded with the recorded response blob and usage and
 `outcome.replayed = True`; everything else in a replayed trace is equal to the original
@@ -30,7 +31,7 @@ from ._transcript import model_calls
 from .coding import AgentResult, CodingAgent
 from .providers import ModelError, ModelRequest, ModelResponse, Provider, UserMessage
 
-__all__ = ["Changes", "ReplayProvider", "ReplayReport", "replay"]
+__all__ = ["Changes", "ReplayProvider", "ReplayReport", "replay", "replay_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,10 @@ class Changes:
     """Another system prompt: the run diverges at its first step after the fork."""
     notes: Mapping[int, str] = field(default_factory=dict)
     """A user message added before step k (1-based, counted from the task's start)."""
+    model: str | None = None
+    """Another model (a provider spec, PROVIDER/MODEL) answers from step `model_from` on."""
+    model_from: int = 1
+    """The first step `model` answers (1-based, counted from the task's start)."""
 
 
 class ReplayProvider:
@@ -68,6 +73,11 @@ class ReplayProvider:
     @property
     def model(self) -> str:
         return self._model
+
+    def switch(self, live: Provider | None, model: str) -> None:
+        """From now on `live` answers as `model`, and nothing more is served."""
+        self.recorded = self.recorded[:self.served]
+        self.live, self._model = live, model
 
     def serve(self, request_blob: str) -> ModelOutcome | None:
         if self.diverged_at is None:
@@ -133,6 +143,7 @@ async def replay(
     max_steps: int = 30,
     attempts: int = 4,
     serve: bool = True,
+    model_provider: Provider | None = None,
 ) -> ReplayReport:
     """Fork `scope` at `from_commit` and re-run its agent's task from there.
 
@@ -140,21 +151,59 @@ async def replay(
     the scope's branch; `provider` serves requests once the run diverges. Returns the
     report; the replay's effects are on the scope `name` (default `<scope>-replay-<n>`).
     `serve=False` serves nothing from the recording: every call after the fork is live
-    (a full re-run from the fork, to compare a replay against).
+    (a full re-run from the fork, to compare a replay against). `model_provider` answers
+    for `changes.model` (default `provider`).
 
     Raises:
         ValueError: `from_commit` is not on the scope's branch, or the branch holds no
             model call to learn the task from.
     """
-    changes = changes or Changes()
     src = coord.scope(scope) if isinstance(scope, str) else scope
+    start = await coord.io(_on_line, coord, src, from_commit)
+    if name is None:
+        n = 1
+        while f"{src.name}-replay-{n}" in coord.scopes:
+            n += 1
+        name = f"{src.name}-replay-{n}"
+    child = await src.fork(name, at=start)
+    return await replay_in(coord, src, child, changes=changes, provider=provider,
+                           max_steps=max_steps, attempts=attempts, serve=serve,
+                           model_provider=model_provider)
+
+
+def _on_line(coord: Coordinator, src: Scope, rev: str) -> str:
+    start = str(coord.trace.commit(rev).id)
+    if start not in {e.commit for e in coord.trace.log(src.head)}:
+        raise ValueError(f"{rev} is not on the branch of scope {src.name!r}")
+    return start
+
+
+async def replay_in(
+    coord: Coordinator,
+    src: Scope,
+    child: Scope,
+    *,
+    changes: Changes | None = None,
+    provider: Provider | None = None,
+    max_steps: int = 30,
+    attempts: int = 4,
+    serve: bool = True,
+    model_provider: Provider | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> ReplayReport:
+    """`replay` in `child`, a fresh fork of `src` at a commit of its branch (a member of a
+    team forked at a cut, say): its agent re-runs the task of `src` from there, knowing its
+    teammates by `aliases` (name -> scope, as `CodingAgent` takes them). Raises ValueError
+    as `replay` does."""
+    changes = changes or Changes()
     trace = coord.trace
 
     def plan() -> tuple[str, list[Effect], int, ModelRequest, ModelCall]:
-        start = str(trace.commit(from_commit).id)
         line = [e.commit for e in trace.log(src.head)]
+        # The child's first commit is its scope.fork, whose parent is where it forked.
+        start = str(trace.commit(child.fork_point).parent_ids[0])
         if start not in line:
-            raise ValueError(f"{from_commit} is not on the branch of scope {src.name!r}")
+            raise ValueError(f"{child.name!r} is not forked from the branch of {src.name!r}")
         cut = line.index(start)
         calls = model_calls(trace, src.head)
         after = [eff for commit, eff in calls if line.index(commit) > cut]
@@ -167,12 +216,6 @@ async def replay(
 
     start, after, prefix_steps, first_request, first_call = await coord.io(plan)
     task = next((m.text for m in first_request.messages if isinstance(m, UserMessage)), "")
-    if name is None:
-        n = 1
-        while f"{src.name}-replay-{n}" in coord.scopes:
-            n += 1
-        name = f"{src.name}-replay-{n}"
-    child = await src.fork(name, at=start)
     source = ReplayProvider(after if serve else [], provider, name=first_call.provider,
                             model=first_call.model, first_step=prefix_steps + 1)
     caller = ModelCaller(coord, source, name=first_call.provider, attempts=attempts)
@@ -181,12 +224,45 @@ async def replay(
         system=changes.system if changes.system is not None else first_request.system,
         tools=first_request.tools, max_steps=max_steps,
         max_output_tokens=first_request.max_tokens, temperature=first_request.temperature,
-        seed=first_request.seed, notes=changes.notes, base=src.fork_point,
+        seed=first_request.seed, notes=changes.notes, base=src.fork_point, aliases=aliases,
     )
+    if changes.model is not None:
+        _switch_model(agent, source, caller, changes, model_provider or provider, prefix_steps)
     result = await agent.run()
     return ReplayReport(
-        scope=name, from_commit=start, diverged_at=source.diverged_at, served=source.served,
-        live_calls=caller.calls, tokens_saved=caller.saved_tokens,
+        scope=child.name, from_commit=start, diverged_at=source.diverged_at,
+        served=source.served, live_calls=caller.calls, tokens_saved=caller.saved_tokens,
         live_prompt_tokens=caller.prompt_tokens, live_cached_tokens=caller.cached_tokens,
         result=result,
     )
+
+
+def _switch_model(agent: CodingAgent, source: ReplayProvider, caller: ModelCaller,
+                  changes: Changes, live: Provider | None, prefix_steps: int) -> None:
+    """Let `changes.model` answer from step `changes.model_from` (or the fork's first step,
+    when that is later) on: from the start, or when the agent reaches that step."""
+    assert changes.model is not None
+    name, _, model = changes.model.partition("/")
+    if not model:
+        raise ValueError(f"model spec {changes.model!r} is not PROVIDER/MODEL")
+    at = max(changes.model_from, prefix_steps + 1)
+
+    def switch() -> None:
+        source.switch(live, model)
+        caller.name = name  # what the model.call effects record as the provider
+
+    if at == prefix_steps + 1:
+        switch()
+        return
+
+    switched = False
+
+    async def before() -> None:
+        nonlocal switched
+        # The agent's step count is the steps made; its first value (0, before it rebuilds
+        # the prefix from the trace) is below `at` too, since `at` > prefix_steps + 1.
+        if not switched and agent.steps + 1 >= at:
+            switch()
+            switched = True
+
+    agent.before_step = before

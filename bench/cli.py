@@ -1,5 +1,5 @@
-"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|verl|
-replay|cooperbench`.
+"""The benchmarks' commands of `corral`: `corral bench substrate|soak|server|team|rollouts|cro|
+verl|replay|cooperbench`.
 
 Registered through the `corral.commands` entry point group (`register`), so the
 coordinator's CLI does not import bench. Each benchmark module loads inside its command.
@@ -162,6 +162,9 @@ def bench_rollouts(
                                     "full re-run).")] = "1,10,20,29",
     ray_siblings: Annotated[int, typer.Option(
         help="Siblings timed on a local Ray cluster of 2 workers (0: skip).")] = 8,
+    only: Annotated[str, typer.Option(
+        help="Run only these parts (comma-separated: siblings, suffix, ray); the others "
+             "are null in the report. Default: all.")] = "",
     backend: BackendOpt = None,
     json_flag: JsonFlag = False,
     json_out: JsonOutOpt = None,
@@ -170,11 +173,39 @@ def bench_rollouts(
     """Rollout trees: a pair's sibling, and a suffix against a full re-run (issue 27)."""
     from bench import rollouts as rollouts_bench
 
+    parts = [p.strip() for p in only.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(rollouts_bench.PARTS))
+    if unknown:
+        raise typer.BadParameter(f"no part {', '.join(unknown)} "
+                                 f"(parts: {', '.join(rollouts_bench.PARTS)})", param_hint="--only")
     target = json_target(json_flag, json_out, legacy_json)  # before any work
     report = rollouts_bench.run(history, runs, steps,
                                 [int(k) for k in at.split(",") if k.strip()], backend,
-                                ray_siblings)
+                                ray_siblings, parts)
     show_report(rollouts_bench.render(report), report, target)
+
+
+@app.command("cro")
+def bench_cro(
+    runs: Annotated[int, typer.Option(help="Recorded runs the change is tried on.", min=1)] = 4,
+    steps: Annotated[int, typer.Option(help="Model calls of each recorded run.", min=2)] = 30,
+    at: Annotated[int, typer.Option(help="The step the change (a note) is added before.",
+                                    min=1)] = 20,
+    json_flag: JsonFlag = False,
+    json_out: JsonOutOpt = None,
+    legacy_json: LegacyJsonFile = None,
+) -> None:
+    """Counterfactual optimisation (corral rollouts cro): suffix replays against full
+    re-runs of recorded runs, in live tokens and wall time, and whether the rewards agree
+    (issue 27)."""
+    from bench import cro as cro_bench
+
+    if at > steps:
+        raise typer.BadParameter(f"the note's step must be within the run's {steps} steps",
+                                 param_hint="--at")
+    target = json_target(json_flag, json_out, legacy_json)  # before any work
+    report = cro_bench.run(runs, steps, at)
+    show_report(cro_bench.render(report), report, target)
 
 
 @app.command("verl")

@@ -169,6 +169,24 @@ def cooperbench_table(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _cro(report: dict[str, Any]) -> Iterator[str]:
+    """A `corral bench cro` report: suffix replays against full re-runs."""
+    rec = report["recorded"]
+    yield (f"A note before step {report['change']['note_at_step']} of {rec['runs']} "
+           f"recorded runs of {rec['steps']} model calls each (recorded in "
+           f"{rec['seconds']:g} s, {rec['tokens']} tokens).\n")
+    yield "| replays | live tokens | wall s | mean reward |"
+    yield "|---|---|---|---|"
+    for name, part in (("suffix (from the affected step)", report["suffix"]),
+                       ("full re-run", report["full"])):
+        reward = "\u2014" if part["mean_reward"] is None else f"{part['mean_reward']:g}"
+        yield f"| {name} | {part['tokens']} | {part['seconds']:g} | {reward} |"
+    share = [("\u2014" if x is None else f"{100 * x:.0f} %")
+             for x in (report["token_share"], report["time_share"])]
+    yield (f"| suffix / full | {share[0]} | {share[1]} | {report['agree']} of "
+           f"{report['compared']} runs agree |")
+
+
 def _generic(report: dict[str, Any]) -> Iterator[str]:
     rows = list(_leaves(report))
     yield "| figure | value |"
@@ -209,7 +227,8 @@ def render(paths: Sequence[Path]) -> str:
         substrate = ("sizes" in report and "targets" in report) or "team" in report
         cooperbench = "rows" in report and "per_task" in report
         body = (_substrate(report) if substrate else iter(cooperbench_table(report))
-                if cooperbench else _generic(report))
+                if cooperbench else _cro(report) if report.get("benchmark") == "cro"
+                else _generic(report))
         out += list(body)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -9,6 +9,9 @@
   live tokens counted. Forking before step 1 is the full re-run.
 
     corral bench rollouts [--history 10] [--runs 200] [--steps 30] [--at 1,10,20,29] [-o FILE]
+                          [--only siblings,suffix,ray]
+
+`--only` runs some of the parts (the others are null in the report).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["TARGET_MS", "render", "run"]
+__all__ = ["PARTS", "TARGET_MS", "render", "run"]
 
 TARGET_MS = 2.0
+PARTS = ("siblings", "suffix", "ray")
 
 
 def _repo(path: Path) -> Path:
@@ -169,13 +173,16 @@ async def _ray(work: Path, k: int, steps: int, backend: str | None) -> dict[str,
 
 
 async def _run(history: int, runs: int, steps: int, at: Sequence[int],
-               backend: str | None, ray_siblings: int = 0) -> dict[str, Any]:
+               backend: str | None, ray_siblings: int, only: Sequence[str]) -> dict[str, Any]:
+    parts = set(only or PARTS)
     before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="corral-bench-rollouts-") as tmp:
-        siblings = await _siblings(Path(tmp) / "pair", history, runs, backend)
-        suffix = await _suffix(Path(tmp) / "suffix", steps, at, backend)
+        siblings = (await _siblings(Path(tmp) / "pair", history, runs, backend)
+                    if "siblings" in parts else None)
+        suffix = (await _suffix(Path(tmp) / "suffix", steps, at, backend)
+                  if "suffix" in parts else None)
         ray = (await _ray(Path(tmp) / "ray", ray_siblings, 10, backend)
-               if ray_siblings > 0 else None)
+               if ray_siblings > 0 and "ray" in parts else None)
     return {"benchmark": "rollouts", "siblings": siblings, "suffix": suffix, "ray": ray,
             "machine": {"cores": os.cpu_count(), "kernel": platform.release(),
                         "python": platform.python_version(), "load_before": before,
@@ -183,20 +190,28 @@ async def _run(history: int, runs: int, steps: int, at: Sequence[int],
 
 
 def run(history: int = 10, runs: int = 200, steps: int = 30, at: Sequence[int] = (1, 10, 20, 29),
-        backend: str | None = None, ray_siblings: int = 8) -> dict[str, Any]:
-    """Returns the report (see the module); `ray_siblings` 0 skips the Ray row."""
-    return asyncio.run(_run(history, runs, steps, at, backend, ray_siblings))
+        backend: str | None = None, ray_siblings: int = 8, only: Sequence[str] = ()
+        ) -> dict[str, Any]:
+    """Returns the report (see the module); `ray_siblings` 0 skips the Ray row, `only`
+    (names from PARTS; empty: all) runs some parts. Raises ValueError for another name."""
+    unknown = sorted(set(only) - set(PARTS))
+    if unknown:
+        raise ValueError(f"no part {', '.join(unknown)} (parts: {', '.join(PARTS)})")
+    return asyncio.run(_run(history, runs, steps, at, backend, ray_siblings, only))
 
 
 def render(report: dict[str, Any]) -> Table:
-    s = report["siblings"]
     table = Table("measure", "value", title="rollout trees: sibling cost")
-    table.add_row("sibling of a pair (fork_team of a 2-scope cut), median",
-                  f"{s['median_ms']:.3f} ms (p90 {s['p90_ms']:.3f}; target <= {TARGET_MS} ms)")
-    rec = report["suffix"]["recorded"]
-    table.add_row(f"recorded run ({rec['steps']} steps)",
-                  f"{rec['tokens']} tokens, {rec['seconds']:.2f} s")
-    for r in report["suffix"]["rows"]:
+    s = report["siblings"]
+    if s:
+        table.add_row("sibling of a pair (fork_team of a 2-scope cut), median",
+                      f"{s['median_ms']:.3f} ms (p90 {s['p90_ms']:.3f}; "
+                      f"target <= {TARGET_MS} ms)")
+    rec = report["suffix"]["recorded"] if report["suffix"] else None
+    if rec:
+        table.add_row(f"recorded run ({rec['steps']} steps)",
+                      f"{rec['tokens']} tokens, {rec['seconds']:.2f} s")
+    for r in report["suffix"]["rows"] if report["suffix"] else ():
         share = (f" ({r['token_share']:.0%} of the tokens, {r['time_share']:.0%} of the time)"
                  if "token_share" in r else "")
         table.add_row(f"sibling forked before step {r['fork_before_step']}",

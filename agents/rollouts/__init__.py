@@ -4,6 +4,7 @@ supervisor decisions (see docs/rollouts.md)."""
 
 from ._ablate import Ablation, KindSummary, Pair, ablate, ablate_in_state, ablation, mcnemar_exact
 from ._cro import Change, CroReport, RunResult, cro, first_affected
+from ._cro_team import TeamCroReport, cro_team
 from ._export import (
     FORMATS,
     Export,
@@ -27,7 +28,7 @@ from ._grow import (
     grow,
     new_tree_id,
 )
-from ._points import ForkPoint, Selector, fork_points, team_cut
+from ._points import ForkPoint, Selector, cut_before, fork_points, team_cut
 from ._state import default_team, grow_in_state, load_selector, siblings
 from ._tree import (
     FeatureGrade,
@@ -49,6 +50,8 @@ __all__ = [
     "CroReport",
     "RunResult",
     "cro",
+    "cut_before",
+    "cro_team",
     "first_affected",
     "Intervention",
     "KindSummary",
@@ -74,6 +77,7 @@ __all__ = [
     "Sampling",
     "Selector",
     "SiblingJob",
+    "TeamCroReport",
     "TeamPolicy",
     "TreeRecord",
     "Trajectory",

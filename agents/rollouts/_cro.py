@@ -2,15 +2,17 @@
 by replaying only what it changes.
 
 A `Change` is what one would try on an agent: another system prompt, a note at step k,
-or a tool policy (`deny`: intent kinds a policy blocks, e.g. `exec`). For each recorded
-run (a scope of a state) `first_affected` finds the first effect the change affects: the
-first model call for a system prompt, the k-th for a note, the model call that asked for
-the first intent the policy would block. `cro` then replays the run from just before it
-(`agents.replay`: the prefix is the recording's; the request the change alters is the
-first live call), grades the result with the test command in the replay's scope, and,
-unless `full=False`, re-runs the same run in full under the same change (the replay
-from the run's start with nothing served) for the baseline: per run and in total the
-reward of each, whether they agree, the live tokens and the wall time.
+a tool policy (`deny`: intent kinds a policy blocks, e.g. `exec`), or another model from
+step k on (`model`, a provider spec; `model_from`). For each recorded run (a scope of a
+state) `first_affected` finds the first effect the change affects: the first model call
+for a system prompt, the k-th for a note or a model (unless the k-th call was made by that
+model already), the model call that asked for the first intent the policy would block.
+`cro` then replays the run from just before it (`agents.replay`: the prefix is the
+recording's; the request the change alters is the first live call), grades the result
+with the test command in the replay's scope, and, unless `full=False`, re-runs the same
+run in full under the same change (the replay from the run's start with nothing served)
+for the baseline: per run and in total the reward of each, whether they agree, the live
+tokens and the wall time.
 
 A run the change does not affect is not replayed: its reward is the recorded run's
 (graded in a fork of its head).
@@ -39,6 +41,10 @@ class Change:
     notes: Mapping[int, str] = field(default_factory=dict)
     deny: tuple[str, ...] = ()
     """Intent kinds the tool policy blocks (`exec`, `fs.write`, ...)."""
+    model: str | None = None
+    """Another model (PROVIDER/MODEL, served at the runs' `base_url`) from `model_from` on."""
+    model_from: int = 1
+    """The first step (1-based) the other model answers."""
 
 
 class _Deny:
@@ -70,6 +76,11 @@ def first_affected(coord: Coordinator, scope: str, change: Change) -> tuple[int,
             trace.blob(first.request)).system:
         steps.append(1)
     steps += [k for k in change.notes if 1 <= k <= len(calls)]
+    if change.model is not None and 1 <= change.model_from <= len(calls):
+        made = calls[change.model_from - 1][1].intent
+        assert isinstance(made, ModelCall)
+        if change.model != f"{made.provider}/{made.model}":
+            steps.append(change.model_from)
     if change.deny:
         index = {e.id: i for i, (_, e) in enumerate(calls, 1)}
         for entry in trace.log(coord.scope(scope).head):  # oldest first
@@ -103,6 +114,10 @@ class RunResult:
     full_seconds: float
     served: int = 0
     """Calls after the fork served from the recording (0: the affected call diverged)."""
+    replayed: str | None = None
+    """The scope of the suffix replay (of the fork graded, for a run not affected)."""
+    rerun: str | None = None
+    """The scope of the full re-run (None: not re-run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,43 +150,65 @@ async def _grade(scope: Scope, test: str, timeout: float) -> float:
     return 1.0 if isinstance(out, ExecOutcome) and out.returncode == 0 else 0.0
 
 
-async def _one(coord: Coordinator, scope: str, from_commit: str, change: Change,
-               provider: Provider, deny: _Deny, test: str, serve: bool, name: str,
-               max_steps: int, timeout: float) -> tuple[float, int, float, int]:
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """What every replay of one run shares."""
+
+    change: Change
+    provider: Provider
+    """The recorded model's."""
+    model_provider: Provider | None
+    """The change's model's (None: the change has no model)."""
+    deny: _Deny
+    test: str
+    max_steps: int
+    timeout: float
+
+
+async def _one(coord: Coordinator, scope: str, from_commit: str, setup: _Setup, serve: bool,
+               name: str) -> tuple[float, int, float, int]:
     """(reward, live tokens, seconds, served calls) of one replay, graded."""
-    deny.scopes.add(name)
+    change = setup.change
+    setup.deny.scopes.add(name)
     started = time.perf_counter()
     report = await replay(coord, scope, from_commit, changes=Changes(
-        system=change.system, notes=dict(change.notes)), provider=provider, name=name,
-        max_steps=max_steps, serve=serve)
-    reward = await _grade(coord.scope(name), test, timeout)
+        system=change.system, notes=dict(change.notes), model=change.model,
+        model_from=change.model_from), provider=setup.provider, name=name,
+        max_steps=setup.max_steps, serve=serve, model_provider=setup.model_provider)
+    reward = await _grade(coord.scope(name), setup.test, setup.timeout)
     tokens = report.result.prompt_tokens + report.result.completion_tokens
     return reward, tokens, time.perf_counter() - started, report.served
 
 
-async def _run(coord: Coordinator, state: str, scope: str, change: Change,
-               provider: Provider, deny: _Deny, test: str, full: bool, max_steps: int,
-               timeout: float) -> RunResult:
-    found = await coord.io(first_affected, coord, scope, change)
+def _free(coord: Coordinator, name: str) -> str:
+    """`name`, or `name-<n>` for the first n from 2 no scope has (a change tried again)."""
+    n, found = 2, name
+    while found in coord.scopes:
+        found, n = f"{name}-{n}", n + 1
+    return found
+
+
+async def _run(coord: Coordinator, state: str, scope: str, setup: _Setup, full: bool
+               ) -> RunResult:
+    found = await coord.io(first_affected, coord, scope, setup.change)
     if found is None:
         started = time.perf_counter()
-        kept = await coord.scope(scope).fork(f"{scope}-cro-unaffected")
-        reward = await _grade(kept, test, timeout)
+        kept = await coord.scope(scope).fork(_free(coord, f"{scope}-cro-unaffected"))
+        reward = await _grade(kept, setup.test, setup.timeout)
         return RunResult(state, scope, None, reward, reward if full else None, 0, 0,
-                         time.perf_counter() - started, 0.0)
+                         time.perf_counter() - started, 0.0, replayed=kept.name)
     step, commit = found
-    reward, tokens, seconds, served = await _one(
-        coord, scope, commit, change, provider, deny, test, True, f"{scope}-cro", max_steps,
-        timeout)
-    full_reward, full_tokens, full_seconds = None, 0, 0.0
+    name = _free(coord, f"{scope}-cro")
+    reward, tokens, seconds, served = await _one(coord, scope, commit, setup, True, name)
+    full_reward, full_tokens, full_seconds, rerun = None, 0, 0.0, None
     if full:
         start = await coord.io(_before, coord, model_calls(  # before its first model call
             coord.trace, coord.scope(scope).head)[0][0])
-        full_reward, full_tokens, full_seconds, _ = await _one(
-            coord, scope, start, change, provider, deny, test, False, f"{scope}-cro-full",
-            max_steps, timeout)
+        rerun = _free(coord, f"{scope}-cro-full")
+        full_reward, full_tokens, full_seconds, _ = await _one(coord, scope, start, setup,
+                                                               False, rerun)
     return RunResult(state, scope, step, reward, full_reward, tokens, full_tokens,
-                     round(seconds, 3), round(full_seconds, 3), served)
+                     round(seconds, 3), round(full_seconds, 3), served, name, rerun)
 
 
 def _first_call(coord: Coordinator, scope: str) -> ModelCall:
@@ -191,7 +228,8 @@ async def cro(
     max_steps: int = 30,
     test_timeout: float = 600.0,
 ) -> CroReport:
-    """Try `change` on each recorded run (state directory, scope), as the module says."""
+    """Try `change` on each recorded run (state directory, scope), as the module says.
+    Raises ValueError for a run without model calls or a bad model spec."""
     results = []
     for state, scope in runs:
         async with Coordinator.open(state) as coord:
@@ -199,10 +237,13 @@ async def cro(
             deny = _Deny(change.deny)
             coord.chain.policies.insert(0, deny)
             provider = provider_from_spec(f"{first.provider}/{first.model}", base_url)
+            other = provider_from_spec(change.model, base_url) if change.model else None
             try:
-                results.append(await _run(coord, str(state), scope, change, provider, deny,
-                                          test, full, max_steps, test_timeout))
+                setup = _Setup(change, provider, other, deny, test, max_steps, test_timeout)
+                results.append(await _run(coord, str(state), scope, setup, full))
             finally:
                 coord.chain.policies.remove(deny)
                 await provider.aclose()
+                if other is not None:
+                    await other.aclose()
     return CroReport(tuple(results))

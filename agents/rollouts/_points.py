@@ -25,7 +25,7 @@ per sender tells which were taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator import (
@@ -43,7 +43,7 @@ from coordinator import (
 from ..coding import message_note
 from ..providers import ModelRequest, UserMessage
 
-__all__ = ["ForkPoint", "Selector", "fork_points", "team_cut"]
+__all__ = ["ForkPoint", "Selector", "cut_before", "fork_points", "team_cut"]
 
 Selector = Callable[[str, Sequence[Effect]], Iterable[Effect | str]]
 """Picks fork points from one member's own effects (oldest first): the effects (or their
@@ -218,21 +218,36 @@ def team_cut(trace: Trace, heads: Mapping[str, str], point: ForkPoint, name: str
     `Cut` named `name` to fork with `Coordinator.fork_team` (it is not recorded: the tree
     records it). Blocking: run it on `coord.io`. Raises ValueError when the point's commit
     is not on its member's line."""
-    team = sorted(heads)
     if point.line is not None:
         heads = {**heads, point.member: point.line}
+    return _cut(trace, heads, {point.member: point.commit}, {point.member}, name)
+
+
+def cut_before(trace: Trace, heads: Mapping[str, str], limits: Mapping[str, str],
+               name: str) -> Cut:
+    """The team `heads` cut consistently with each member of `limits` at or before its
+    commit there (the others at or before their heads), as a `Cut` named `name` (not
+    recorded). Blocking. Raises ValueError for a limit not on its member's line."""
+    return _cut(trace, heads, limits, set(), name)
+
+
+def _cut(trace: Trace, heads: Mapping[str, str], at_commits: Mapping[str, str],
+         fixed: Collection[str], name: str) -> Cut:
+    """The consistent cut of `heads` with each member of `at_commits` at its commit to
+    begin with, the others at their heads; the `fixed` members stay where they begin,
+    the others move earlier until no member took a message sent after its sender's cut."""
+    team = sorted(heads)
     members = {m: _read(trace, m, heads[m], team) for m in team}
-    fixed = members[point.member]
     at = {m: len(members[m].line) - 1 for m in team}
-    at[point.member] = next((i for i, e in enumerate(fixed.line) if e.commit == point.commit),
-                            -1)
-    if at[point.member] < 0:
-        raise ValueError(f"{point.commit[:12]} is not on the branch of {point.member!r}")
+    for m, commit in at_commits.items():
+        at[m] = next((i for i, e in enumerate(members[m].line) if e.commit == commit), -1)
+        if at[m] < 0:
+            raise ValueError(f"{commit[:12]} is not on the branch of {m!r}")
     changed = True
     while changed:  # each pass moves a cut earlier, so this ends
         changed = False
         for r in team:
-            if r == point.member:
+            if r in fixed:
                 continue
             for s, takes in members[r].taken.items():
                 sends = members[s].sent.get(r, []) if s in members else []

@@ -165,11 +165,20 @@ def cro_cmd(
         "--note", help="The change: K:TEXT, a note before step K; repeat.")] = None,
     deny: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         "--deny", help="The change: a tool policy blocking this intent kind; repeat.")] = None,
+    model: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The change: another model (PROVIDER/MODEL, at --base-url) from --model-from "
+             "on.")] = None,
+    model_from: Annotated[int, typer.Option(
+        help="The first step (1-based) the --model answers.", min=1)] = 1,
     base_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="The model server of the runs' models.")] = None,
     full: Annotated[bool, typer.Option(
         "--full/--no-full", help="Also re-run each run in full, to compare.")] = True,
     max_steps: Annotated[int, typer.Option(help="Model calls per run at most.")] = 30,
+    team: Annotated[bool, typer.Option(
+        "--team", help="The runs are the members of one team run (STATE:SCOPE of one "
+        "state): replayed together from a cut before each member's first affected "
+        "call, graded as their merge.")] = False,
     json_flag: JsonFlag = False,
 ) -> None:
     """Try a change on recorded runs (Shepherd's CRO): replay each from the first model
@@ -184,9 +193,12 @@ def cro_cmd(
             fail(f"--note is K:TEXT (got {n!r})")
         notes[int(k)] = text
     change = Change(system=system.read_text() if system else None, notes=notes,
-                    deny=tuple(deny or ()))
+                    deny=tuple(deny or ()), model=model, model_from=model_from)
     runs = [(r.rpartition(":")[0], r.rpartition(":")[2]) if ":" in r else (r, "agent-1")
             for r in run]
+    if team:
+        _cro_team(runs, change, test, base_url, full, max_steps, json_flag)
+        return
     try:
         report = asyncio.run(cro(runs, change, test=test, base_url=base_url, full=full,
                                  max_steps=max_steps)).as_dict()
@@ -202,6 +214,30 @@ def cro_cmd(
                       _reward(r["full_reward"]), str(r["tokens"]), str(r["full_tokens"]),
                       f"{r['seconds']:.2f}", f"{r['full_seconds']:.2f}")
     (err if json_flag else console).print(table)
+    emit_json(report, json_flag, None)
+
+
+def _cro_team(runs: list[tuple[str, str]], change: object, test: str, base_url: str | None,
+              full: bool, max_steps: int, json_flag: bool) -> None:
+    from agents.providers import ModelError
+    from agents.rollouts import Change, cro_team
+
+    assert isinstance(change, Change)
+    states = {state for state, _ in runs}
+    if len(states) != 1:
+        fail("--team takes the members of one state (STATE:SCOPE, one state)")
+    try:
+        report = asyncio.run(cro_team(states.pop(), [s for _, s in runs], change, test=test,
+                                      base_url=base_url, full=full,
+                                      max_steps=max_steps)).as_dict()
+    except (CorralError, ModelError, ValueError, LookupError) as e:
+        fail(str(e))
+    steps = ", ".join(f"{m}: {s or '-'}" for m, s in report["steps"].items())
+    (err if json_flag else console).print(
+        f"first affected steps {steps}; replayed together: {_reward(report['reward'])} "
+        f"({report['tokens']} tokens, {report['seconds']:.2f} s), in full: "
+        f"{_reward(report['full_reward'])} ({report['full_tokens']} tokens, "
+        f"{report['full_seconds']:.2f} s)", highlight=False)
     emit_json(report, json_flag, None)
 
 

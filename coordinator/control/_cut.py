@@ -27,7 +27,7 @@ from ..records._paths import check_scope_name
 from ..scopes import _history as history
 from ..scopes._effect_path import ActInput
 from ..scopes._runtime import Runtime
-from ..scopes._scope import Scope
+from ..scopes._scope import Scope, fork_scopes
 from ..store._trace import Trace
 
 __all__ = [
@@ -134,16 +134,16 @@ def cut_names(trace: Trace) -> list[str]:
 
 async def fork_team(scopes: dict[str, Scope], cut: Cut, prefix: str) -> list[Scope]:
     """A new scope `<prefix><member>` for each member of `cut`, forked at the member's
-    cut head, its inbox as the cut found it: the team as it was, to try again."""
-    names = [check_scope_name(prefix + m.scope) for m in cut.members]
+    cut head, its inbox as the cut found it: the team as it was, to try again. All the
+    members are forked in one go (`fork_scopes`): all or nothing."""
     for m in cut.members:
         if m.scope not in scopes or scopes[m.scope].discarded:
             raise NotFound(f"scope {m.scope!r} of cut {cut.name!r} is not live")
-    children = await asyncio.gather(*(
-        scopes[m.scope].fork(n, at=m.head) for m, n in zip(cut.members, names, strict=True)))
+    children = await fork_scopes([(scopes[m.scope], prefix + m.scope, m.head)
+                                  for m in cut.members])
     for child, m in zip(children, cut.members, strict=True):
         child.inbox = list(m.inbox)
-    return list(children)
+    return children
 
 
 async def rewind_team(scopes: dict[str, Scope], cut: Cut, *, reason: str = "",

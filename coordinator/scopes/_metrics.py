@@ -104,6 +104,12 @@ class Metrics:
         """Time a scope operation (`corral_scope_operation_seconds{op}`)."""
         return self.op_seconds.labels(op).time()
 
+    def observe(self, op: str, seconds: float, times: int = 1) -> None:
+        """Count `times` scope operations of `seconds` each (several made in one go)."""
+        observed = self.op_seconds.labels(op)
+        for _ in range(times):
+            observed.observe(seconds)
+
     def watch_journal(self, journal: Journal) -> None:
         """Export the journal's checkpoints and the bytes it holds."""
 
@@ -144,10 +150,13 @@ class Metrics:
                 self.model_tokens.labels(kind).inc(n)
 
     def scope_count(self, scopes: Mapping[str, Layered]) -> None:
-        """Set the live-scopes gauge; the first call also exports each live
-        scope's layer size from `scopes` (a registry kept up to date)."""
-        self.active_scopes.set(sum(1 for s in scopes.values() if not s.discarded))
+        """Export the live-scopes gauge and each live scope's layer size from `scopes`
+        (a registry kept up to date), both measured when Prometheus scrapes; later
+        calls change nothing. Counted at each fork instead, the gauge cost a walk over
+        every scope the coordinator ever held."""
         if self._layers is None:
+            self.active_scopes.set_function(
+                lambda: sum(1 for s in list(scopes.values()) if not s.discarded))
             self._layers = _LayerBytes(scopes)
             self.registry.register(self._layers)
 

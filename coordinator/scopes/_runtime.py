@@ -210,5 +210,5 @@ class Runtime(Generic[S]):
                 waiter.set_result(how)
 
     def count_scopes(self) -> None:
-        """Bring the live-scopes gauge up to date (after a fork or a discard)."""
+        """Export the live-scopes gauge, counted at each scrape (once, at open)."""
         self.metrics.scope_count(self.scopes)

@@ -16,8 +16,10 @@ the public surface a user reads in one place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,8 +27,6 @@ from sandboxes import Change, Workspace, apply_changes, default_env
 
 from ..policies._view import ScopeInfo
 from ..records._effects import (
-    Decision,
-    Effect,
     FsDelete,
     FsPatch,
     FsWrite,
@@ -36,16 +36,14 @@ from ..records._effects import (
     NoOutcome,
     Outcome,
     ScopeDiscard,
-    ScopeFork,
 )
 from ..records._errors import (
     CorralError,
     MergeError,
     NotFound,
     PathError,
-    RewindError,
-    SandboxFailure,
     ScopeDiscarded,
+    ScopeExists,
 )
 from ..records._events import Event
 from ..records._paths import check_path, check_scope_name, resolve_in
@@ -56,14 +54,14 @@ from . import _file_effects as file_effects
 from . import _history as history
 from ._commands import exec_intent, run_command
 from ._effect_path import INLINE_BYTES, Act, ActInput, EffectPath, InThread, Result
+from ._forks import ForkPlan, make_forks
 from ._live import LiveWrites, attach_live
 
 if TYPE_CHECKING:
-    from ..store._trace import Trace
     from ._runtime import Runtime
     from ._team import TeamMember
 
-__all__ = ["Scope"]
+__all__ = ["Scope", "fork_scopes"]
 
 T = TypeVar("T")
 
@@ -225,29 +223,17 @@ class Scope:
                 self._reads_done.set_result(None)
                 self._reads_done = None
 
-    async def _fork_workspace(self, name: str, then: Callable[[], T]) -> tuple[Workspace, T]:
-        """`workspace.fork(name)`, with reads held off while it remounts, and `then()`
-        in the same thread hop (the workspace is discarded if it raises). Raises
-        SandboxFailure when the workspace cannot be forked."""
+    @contextlib.asynccontextmanager
+    async def _reads_held(self) -> AsyncIterator[None]:
+        """Hold this workspace's reads off while a fork freezes it (unmount, move the
+        upper, remount): new reads wait, and the ones running on threads finish first."""
         loop = asyncio.get_running_loop()
         self._remounting = loop.create_future()
-
-        def fork() -> tuple[Workspace, T]:
-            try:
-                ws = self.workspace.fork(name)
-            except Exception as e:
-                raise SandboxFailure(f"could not fork {self.name!r}: {e}", cause=e) from e
-            try:
-                return ws, then()
-            except BaseException:
-                ws.discard()
-                raise
-
         try:
             while self._thread_reads:
                 self._reads_done = self._reads_done or loop.create_future()
                 await asyncio.shield(self._reads_done)
-            return await self.runtime.io(fork)
+            yield
         finally:
             self._remounting.set_result(None)
             self._remounting = None
@@ -505,58 +491,7 @@ class Scope:
         Raises ScopeExists when `name` is taken, PathError for a bad name,
         RewindError when `at` is not in this scope's history.
         """
-        check_scope_name(name)
-        # Claim the name before any await: two parents forking the same name at
-        # once hold different scope locks, and only one of them may win.
-        with self.runtime.scopes.claim(name):
-            return await self._fork(name, at)
-
-    def _rewound(self, trace: Trace) -> list[str]:
-        """The heads this scope's rewinds archived (its history before each rewind)."""
-        return [c for r in trace.refs(f"{ARCHIVE_PREFIX}{self.name}/rewound-")
-                if (c := trace.ref(r)) is not None]
-
-    async def _fork(self, name: str, at: str | None) -> Scope:
-        rt = self.runtime
-        trace = rt.trace
-        async with self.effect_path.lock:
-            self._check_live()
-            head = self.head
-            if at is not None and at != head:  # the head itself needs no lookup
-                def resolve(rev: str) -> tuple[str, bool]:
-                    found = str(trace.commit(rev).id)
-                    return found, trace.is_ancestor(found, head) or any(
-                        trace.is_ancestor(found, old) for old in self._rewound(trace))
-
-                found, inside = await rt.io(resolve, at)
-                if not inside:
-                    raise RewindError(
-                        f"{found[:12]} is not in the history of scope {self.name!r}")
-                at = found
-            with rt.metrics.timed("fork"):
-                start = at or head
-                intent = ScopeFork(child=name, parent=self.name, at=start, backend=rt.backend)
-                effect = Effect(
-                    id=f"{name}#0",
-                    scope=name,
-                    seq=0,
-                    parent=start,
-                    status="materialized",
-                    intent=intent,
-                    decision=Decision(verdict="allow"),
-                    outcome=NoOutcome(),
-                )
-                # The workspace, the tree and the commit in one thread hop (three before).
-                ws, sha = await self._fork_workspace(name, lambda: trace.commit_effect(
-                    effect, trace.commit_tree(start), [start]))
-                child = Scope(rt, name, ws, sha, sha, self.name, 1)
-                if start != head:
-                    # The workspace forked at the parent's head: take it back to `at`.
-                    await rt.io(history.rewind_workspace, trace, ws.backing, head, start)
-                rt.scopes[name] = child
-                rt.events.publish(Event("effect", effect, sha))
-                rt.count_scopes()
-                return child
+        return (await fork_scopes([(self, name, at)]))[0]
 
     async def discard(self, *, cause: str | None = None) -> Result | None:
         """Archive this scope's branch (history kept under refs/corral/archive/)
@@ -587,5 +522,42 @@ class Scope:
             self.discarded = True
             rt.settled(self.name, "discarded")
             rt.scopes.forget(self)
-            rt.count_scopes()
             return result
+
+
+async def fork_scopes(orders: Sequence[tuple[Scope, str, str | None]]) -> list[Scope]:
+    """A child per (parent, name, at), as `Scope.fork` makes it, all in one thread hop
+    (see `_forks`): all or nothing. The parents' locks are taken in the order of their
+    names (a team operation's order), each once. Raises what `Scope.fork` raises, and
+    ScopeExists when a name is given twice."""
+    names = [check_scope_name(name) for _, name, _ in orders]
+    if len(set(names)) < len(names):
+        raise ScopeExists(f"a fork names a scope twice: {', '.join(names)}")
+    if not orders:
+        return []
+    rt = orders[0][0].runtime
+    parents = sorted({p.name: p for p, _, _ in orders}.values(), key=lambda p: p.name)
+    # Claim the names before any await: two parents forking the same name at once
+    # hold different scope locks, and only one of them may win.
+    with contextlib.ExitStack() as claims:
+        for name in names:
+            claims.enter_context(rt.scopes.claim(name))
+        async with contextlib.AsyncExitStack() as held:
+            for p in parents:
+                await held.enter_async_context(p.effect_path.lock)
+                p._check_live()
+            for p in parents:
+                await held.enter_async_context(p._reads_held())
+            plans = [ForkPlan(p.name, p.head, p.workspace, name, at)
+                     for (p, _, at), name in zip(orders, names, strict=True)]
+            started = time.perf_counter()
+            made = await rt.io(make_forks, rt.trace, plans, rt.backend)
+            rt.metrics.observe("fork", (time.perf_counter() - started) / len(made), len(made))
+        children = []
+        for plan, forked in zip(plans, made, strict=True):
+            child = Scope(rt, plan.child, forked.workspace, forked.commit, forked.commit,
+                          plan.parent, 1)
+            rt.scopes[plan.child] = child
+            rt.events.publish(Event("effect", forked.effect, forked.commit))
+            children.append(child)
+    return children

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pygit2
@@ -117,6 +117,26 @@ class Trace(TraceLog):
         """Write the commit for `effect` and move `ref` (default: the effect's
         scope) to it. Returns the commit id. The ref moves last: the effect is
         durable exactly when this returns."""
+        oid, moves = self._effect_commit(effect, tree, parents, ref)
+        self.journal.move_refs(moves)
+        return oid
+
+    def commit_effects(self, effects: Sequence[tuple[Effect, str, Iterable[str]]]) -> list[str]:
+        """`commit_effect` for each (effect, tree, parents), every ref moved in one
+        journal append: all are durable together when this returns. The effects must
+        be of different scopes. Returns the commit ids."""
+        moves: dict[str, str | None] = {}
+        oids = []
+        for effect, tree, parents in effects:
+            oid, more = self._effect_commit(effect, tree, parents, None)
+            oids.append(oid)
+            moves.update(more)
+        self.journal.move_refs(moves)
+        return oids
+
+    def _effect_commit(self, effect: Effect, tree: str, parents: Iterable[str],
+                       ref: str | None) -> tuple[str, dict[str, str | None]]:
+        """The commit of `effect` (written) and the ref moves that record it."""
         message = f"{effect.summary()}\n\n{effect.model_dump_json()}\n"
         oid = self.write_commit(tree, parents, message)
         moves: dict[str, str | None] = {ref or SCOPE_PREFIX + effect.scope: oid}
@@ -124,8 +144,7 @@ class Trace(TraceLog):
             moves = {FORK_PREFIX + effect.scope: oid, **moves}
         if ref is None and effect.status == "materialized":
             moves = {**self._ignored_moves(effect), **moves}
-        self.journal.move_refs(moves)
-        return oid
+        return oid, moves
 
     def write_commit(self, tree: str, parents: Iterable[str], message: str) -> str:
         """Write a commit of `tree` (author and committer: the trace's, now by its

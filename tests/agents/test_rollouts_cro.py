@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from agents._transcript import model_calls
 from agents.model_server import Reply, ScriptedModelServer
 from agents.rollouts import Change, cro, first_affected
 from agents.run import run_tasks
-from coordinator import Coordinator
+from coordinator import Coordinator, ModelCall
 from tests.agents._helpers import call, steps_of
 from tests.conftest import make_repo
 
@@ -33,6 +34,13 @@ def model(payload: dict[str, Any]) -> Reply:
     if step == 2:
         return call("write_file", path="answer.txt", content="1\n" if told else "0\n")
     return call("finish", summary="done")
+
+
+def other_model(payload: dict[str, Any]) -> Reply:
+    """Another model: the same steps, and it knows the answer untold."""
+    if steps_of(payload) == 2:
+        return call("write_file", path="answer.txt", content="1\n")
+    return model(payload)
 
 
 async def _runs(tmp: Path, base_url: str, n: int) -> list[tuple[Path, str]]:
@@ -82,6 +90,37 @@ async def test_first_affected_per_kind_of_change(tmp_path: Path) -> None:
         assert step == 3 and len(calls) == 2
 
 
+def _models(coord: Coordinator, scope: str) -> list[str]:
+    """The model of each call `scope` made itself, in order."""
+    return [e.intent.model for _, e in model_calls(coord.trace, coord.scope(scope).head)
+            if e.scope == scope and isinstance(e.intent, ModelCall)]
+
+
+async def test_another_model_from_step_k_answers_from_the_kth_call(tmp_path: Path) -> None:
+    """A model change from step 3: the suffix replay starts before the third call, which
+    the other model answers (live, and recorded as its call); the full re-run's first two
+    calls are the recorded model's. Both pass where the recorded run failed."""
+    async with ScriptedModelServer() as server:
+        server.script("m", model)
+        server.script("m2", other_model)
+        runs = await _runs(tmp_path, server.base_url, 1)
+        report = (await cro(runs, Change(model="openai/m2", model_from=3), test=TEST,
+                            base_url=server.base_url)).as_dict()
+    (r,) = report["runs"]
+    assert (r["step"], r["served"], r["reward"], r["full_reward"]) == (3, 0, 1.0, 1.0)
+    assert 0 < r["tokens"] < r["full_tokens"]
+    ((state, scope),) = runs
+    assert (r["replayed"], r["rerun"]) == (f"{scope}-cro", f"{scope}-cro-full")
+    async with Coordinator.open(state) as coord:
+        assert await coord.io(_models, coord, scope) == ["m"] * 4
+        assert await coord.io(_models, coord, f"{scope}-cro") == ["m2", "m2"]
+        assert await coord.io(_models, coord, f"{scope}-cro-full") == ["m", "m", "m2", "m2"]
+        for same in (Change(model="openai/m"), Change(model="openai/m2", model_from=9)):
+            assert await coord.io(first_affected, coord, scope, same) is None
+        found = await coord.io(first_affected, coord, scope, Change(model="openai/m2"))
+        assert found is not None and found[0] == 1
+
+
 async def test_an_unaffected_run_is_not_replayed(tmp_path: Path) -> None:
     async with ScriptedModelServer() as server:
         server.script("m", model)
@@ -102,11 +141,20 @@ async def test_the_cli_tries_a_change(tmp_path: Path) -> None:
 
     async with ScriptedModelServer() as server:
         server.script("m", model)
+        server.script("m2", other_model)
         ((state, _),) = await _runs(tmp_path, server.base_url, 1)
         args = ["rollouts", "cro", str(state), "--test", TEST, "--note", f"3:{HINT}",
                 "--base-url", server.base_url, "--json"]
         out = await asyncio.to_thread(CliRunner().invoke, app, args)
+        other = await asyncio.to_thread(CliRunner().invoke, app, [
+            "rollouts", "cro", f"{state}:agent-1", "--test", TEST, "--model", "openai/m2",
+            "--model-from", "2", "--no-full", "--base-url", server.base_url, "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["runs"][0]["step"] == 3 and report["mean_reward"] == 1.0
     assert report["tokens"] < report["full_tokens"]
+    assert other.exit_code == 0, other.output
+    (r,) = json.loads(other.stdout)["runs"]
+    assert (r["step"], r["reward"], r["full_reward"], r["full_tokens"]) == (2, 1.0, None, 0)
+    # the change tried again: its replay goes to a scope of its own
+    assert (r["replayed"], r["rerun"]) == ("agent-1-cro-2", None)

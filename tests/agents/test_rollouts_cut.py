@@ -19,7 +19,7 @@ from agents.providers import (
     Tokens,
     UserMessage,
 )
-from agents.rollouts import Turn, flatten, fork_points, team_cut
+from agents.rollouts import Turn, cut_before, flatten, fork_points, team_cut
 from coordinator import Coordinator
 from tests.agents._helpers import CALC
 from tests.conftest import make_repo
@@ -83,6 +83,31 @@ async def test_a_cut_moves_a_teammate_back_before_it_took_a_later_message(
         cut = await coord.io(team_cut, trace, heads, first, "z")
         assert cut.member("b").head == parent[calls["b"][0]]
         assert cut.member("b").inbox == ()
+
+
+async def test_a_cut_below_limits_moves_every_member_as_far_as_it_must(tmp_path: Path
+                                                                       ) -> None:
+    """`cut_before` holds each member at or before its limit: a before its step 2 puts b
+    before the step where it took m2 even when b's own limit is later; b's limit alone
+    before its step 2 leaves a at its end and m2 in b's inbox; a limit off the line is
+    an error."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
+    async with Coordinator.open(tmp_path / "s", repo) as coord:
+        await _interleaved(coord)
+        trace = coord.trace
+        heads = {n: coord.scope(n).head for n in ("a", "b")}
+        calls = {n: [e.commit for e in trace.log(heads[n])
+                     if e.effect and e.effect.kind == "model.call"] for n in heads}
+        parent = {e.commit: e.parents[0] for n in heads for e in trace.log(heads[n])}
+        limits = {"a": parent[calls["a"][1]], "b": parent[calls["b"][2]]}
+        cut = await coord.io(cut_before, trace, heads, limits, "x")
+        assert cut.member("a").head == limits["a"]
+        assert cut.member("b").head == parent[calls["b"][1]]
+        cut = await coord.io(cut_before, trace, heads, {"b": parent[calls["b"][1]]}, "y")
+        assert cut.member("a").head == heads["a"]
+        assert [m.text for m in cut.member("b").inbox] == ["m2"]
+        with pytest.raises(ValueError):
+            await coord.io(cut_before, trace, heads, {"a": calls["b"][0]}, "z")
 
 
 async def test_named_effects_and_selectors_choose_points(tmp_path: Path) -> None:

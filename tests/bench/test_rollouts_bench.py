@@ -60,3 +60,21 @@ def test_the_command_writes_json(tmp_path: object) -> None:
                                     "--ray-siblings", "0", "--json"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["benchmark"] == "rollouts"
+
+
+def test_only_siblings_runs_the_pair_alone() -> None:
+    """`--only siblings` times the pair's siblings and leaves the other parts null (the
+    table has the one row); an unknown part is refused before any work."""
+    import json
+
+    from coordinator.cli import app
+
+    done = CliRunner().invoke(app, ["bench", "rollouts", "--runs", "3", "--history", "1",
+                                    "--backend", "copy", "--only", "siblings", "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["siblings"]["runs"] == 3
+    assert (report["suffix"], report["ray"]) == (None, None)
+    assert bench_rollouts.render(report).row_count == 1
+    refused = CliRunner().invoke(app, ["bench", "rollouts", "--only", "siblings,cro"])
+    assert refused.exit_code == 2 and "no part cro" in refused.output

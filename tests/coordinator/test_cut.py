@@ -18,10 +18,12 @@ from coordinator import (
     Intent,
     NotFound,
     PathError,
+    RewindError,
     ScopeExists,
     View,
 )
 from coordinator.control._cut import rewind_team
+from coordinator.scopes._scope import fork_scopes
 from tests.conftest import git, make_repo
 
 pytestmark = pytest.mark.asyncio
@@ -121,6 +123,40 @@ async def test_fork_team_starts_every_member_from_the_cut(tmp_path: Path):
         assert coord.trace.commit_tree(ra.head) == coord.trace.commit_tree(cut.member("a").head)
         with pytest.raises(ScopeExists):
             await coord.fork_team(cut, "retry-")
+
+
+async def test_fork_team_forks_no_member_when_one_name_is_taken(tmp_path: Path):
+    """The members are forked all or nothing: a name taken for the second member
+    leaves no fork of the first, in the registry or in the trace."""
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy") as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("a.txt", b"one\n")
+        cut = await coord.cut([a, b], name="k")
+        await coord.root.fork("retry-b")
+        with pytest.raises(ScopeExists):
+            await coord.fork_team(cut, "retry-")
+        again = await coord.fork_team(cut, "again-")  # the cut still forks
+        assert await again[0].read("a.txt") == b"one\n"
+        assert "retry-a" not in coord.scopes  # (a fork already under way would be by now)
+        assert coord.trace.head("retry-a") is None
+
+
+async def test_forks_made_together_check_every_fork_point_before_forking(tmp_path: Path):
+    """`fork_scopes` of two siblings of one scope and a third at a commit outside its
+    parent's history: RewindError, and none of the three exists; without the bad one,
+    both siblings see the parent's file and not each other's writes."""
+    async with Coordinator.open(tmp_path / "s", _repo(tmp_path), backend="copy") as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        await a.write("a.txt", b"one\n")
+        await b.write("b.txt", b"b\n")
+        with pytest.raises(RewindError):
+            await fork_scopes([(a, "x", None), (a, "y", None), (b, "z", a.head)])
+        assert not {"x", "y", "z"} & set(coord.scopes)
+        assert [coord.trace.head(n) for n in "xyz"] == [None] * 3
+        x, y = await fork_scopes([(a, "x", None), (a, "y", None)])
+        await x.write("a.txt", b"x\n")
+        assert (await x.read("a.txt"), await y.read("a.txt")) == (b"x\n", b"one\n")
+        assert x.parent == y.parent == "a"
 
 
 async def test_rewind_team_brings_every_member_back_together(tmp_path: Path):

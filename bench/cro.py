@@ -1,0 +1,132 @@
+"""The counterfactual optimisation benchmark (`agents.rollouts.cro`): suffix replays
+against full re-runs of the same recorded runs.
+
+`runs` coding-agent runs of `steps` model calls each are recorded against the local model
+server (a note file written per step; the last step writes `answer.txt`, 1 when the agent
+was told the answer, else 0, and finishes). The change is a note at step `at` telling the
+answer. `cro` replays each run from just before its `at`-th call (the steps before it
+served from the trace, the rest live) and re-runs it in full under the same change; every
+replay is graded by `grep -qx 1 answer.txt`. Reported: the live tokens and the wall time of
+the suffix replays and of the full re-runs, their shares, and whether the rewards agree.
+
+    corral bench cro [--runs 4] [--steps 30] [--at 20] [-o FILE]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["HINT", "TEST", "render", "run"]
+
+HINT = "The answer is 1."
+TEST = "grep -qx 1 answer.txt"
+
+
+def _script(steps: int) -> Any:
+    """A model that writes one note per step; at step `steps` the answer, then finish."""
+    from agents.model_server import Reply, ScriptedCall
+
+    def script(payload: dict[str, Any]) -> Reply:
+        n = sum(1 for m in payload["messages"] if m.get("role") == "assistant") + 1
+        if n < steps:
+            return Reply(f"Step {n}.", [ScriptedCall(
+                "write_file", {"path": f"notes/{n}.md", "content": f"note {n}\n"})])
+        told = any(HINT in str(m.get("content")) for m in payload["messages"])
+        return Reply("Done.", [
+            ScriptedCall("write_file", {"path": "answer.txt", "content": "1\n" if told
+                                        else "0\n"}),
+            ScriptedCall("finish", {"summary": "done"})])
+
+    return script
+
+
+async def _record(work: Path, runs: int, steps: int, base_url: str) -> dict[str, Any]:
+    """Record the runs (one state each); their total seconds and tokens."""
+    from agents.run import run_tasks
+    from bench.rollouts import _repo
+
+    started = time.perf_counter()
+    tokens = 0
+    for i in range(runs):
+        task = "Write the notes, then the answer."
+        report = await run_tasks(_repo(work / f"repo{i}"), [task], model="openai/bench",
+                                 base_url=base_url,
+                                 state=work / f"state{i}", supervisor="none",
+                                 max_steps=steps + 5)
+        tokens += report.total().tokens
+    return {"runs": runs, "steps": steps, "tokens": tokens,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _share(part: float, whole: float) -> float | None:
+    return round(part / whole, 3) if whole else None
+
+
+async def _run(runs: int, steps: int, at: int) -> dict[str, Any]:
+    from agents.model_server import ScriptedModelServer
+    from agents.rollouts import Change, cro
+
+    before = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="corral-bench-cro-") as tmp:
+        work = Path(tmp)
+        async with ScriptedModelServer() as server:
+            server.script("bench", _script(steps))
+            recorded = await _record(work, runs, steps, server.base_url)
+            report = (await cro([(work / f"state{i}", "agent-1") for i in range(runs)],
+                                Change(notes={at: HINT}), test=TEST, base_url=server.base_url,
+                                max_steps=steps + 5)).as_dict()
+    per_run = [{k: r[k] for k in ("step", "served", "reward", "full_reward", "tokens",
+                                  "full_tokens", "seconds", "full_seconds")}
+               for r in report["runs"]]
+    return {
+        "benchmark": "cro", "change": {"note_at_step": at}, "recorded": recorded,
+        "suffix": {"tokens": report["tokens"], "seconds": report["seconds"],
+                   "mean_reward": report["mean_reward"]},
+        "full": {"tokens": report["full_tokens"], "seconds": report["full_seconds"],
+                 "mean_reward": report["full_mean_reward"]},
+        "token_share": _share(report["tokens"], report["full_tokens"]),
+        "time_share": _share(report["seconds"], report["full_seconds"]),
+        "agree": report["agree"], "compared": report["compared"], "per_run": per_run,
+        "machine": {"cores": os.cpu_count(), "kernel": platform.release(),
+                    "python": platform.python_version(), "load_before": before,
+                    "load_after": [round(x, 2) for x in os.getloadavg()]},
+    }
+
+
+def run(runs: int = 4, steps: int = 30, at: int = 20) -> dict[str, Any]:
+    """Returns the report (see the module). Raises ValueError unless 1 <= at <= steps."""
+    if not 1 <= at <= steps:
+        raise ValueError(f"the note's step must be within the run's steps (1..{steps})")
+    return asyncio.run(_run(runs, steps, at))
+
+
+def render(report: dict[str, Any]) -> Table:
+    rec = report["recorded"]
+    table = Table("", "live tokens", "wall s", "mean reward",
+                  title=f"cro: a note at step {report['change']['note_at_step']} on "
+                        f"{rec['runs']} recorded runs of {rec['steps']} steps")
+    for name, part in (("suffix replays", report["suffix"]), ("full re-runs", report["full"])):
+        table.add_row(name, str(part["tokens"]), f"{part['seconds']:.2f}",
+                      "-" if part["mean_reward"] is None else f"{part['mean_reward']:g}")
+    table.add_row("suffix / full", _pct(report["token_share"]), _pct(report["time_share"]),
+                  f"{report['agree']} of {report['compared']} agree")
+    return table
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+if __name__ == "__main__":
+    from bench.cli import app
+
+    app(["cro", *sys.argv[1:]], prog_name="corral bench")
