@@ -11,10 +11,11 @@ and transitive renames, the collisions they make) would be a second ort to
 keep equal to the first; the shapes are rare and cheap to recognize. So
 `handed_to_git` spots them from the two diffs the merge already has (a side
 left a base directory with no file while the other added a file under it;
-both sides added one path while both deleted files), and `git_merge` runs
-`git merge` itself on those, in a scratch work tree, with the strategy's `-X`
-or union attribute: exact by construction. A merge without such a shape pays
-a few dictionary looks.
+both sides added one path while both deleted files; an exact rename with
+more than one candidate, whose pairing follows ort's walk order), and
+`git_merge` runs `git merge` itself on those, in a scratch work tree, with
+the strategy's `-X` or union attribute: exact by construction. A merge
+without such a shape pays a few dictionary looks.
 
 The scratch repository holds reduced trees, not the whole ones: every path
 either side changed (in all three versions), the `.gitattributes` on their
@@ -27,6 +28,7 @@ trees changes the same paths, the same way, as its merge of the whole ones.
 from __future__ import annotations
 
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -50,15 +52,37 @@ def handed_to_git(base: pygit2.Tree, ours: pygit2.Tree, theirs: pygit2.Tree,
                   d_ours: Diff, d_theirs: Diff) -> bool:
     """Whether the merge has a shape only git's own merge gets right: a
     directory of the base one side left without a file, under which the other
-    side added one (a directory rename git may follow), or one path both
-    sides added while both deleted files (two renames onto one name)."""
+    side added one (a directory rename git may follow); a file one side
+    deleted and the other changed whose content that side deleted or added
+    elsewhere more than once (which exact rename git pairs depends on the
+    order ort walks the trees in, not the sorted order of `git diff-tree`);
+    or one path both sides added while both deleted files (two renames onto
+    one name)."""
     if _emptied_dir_gets_file(base, ours, d_ours, d_theirs) or \
             _emptied_dir_gets_file(base, theirs, d_theirs, d_ours):
+        return True
+    if _ambiguous_exact_rename(base, d_ours, d_theirs) or \
+            _ambiguous_exact_rename(base, d_theirs, d_ours):
         return True
     if not (_deletes(d_ours) and _deletes(d_theirs)):
         return False
     return any(v is not None and d_theirs.get(p) is not None and _file(base, p) is None
                for p, v in d_ours.items())
+
+
+def _ambiguous_exact_rename(base: pygit2.Tree, d_side: Diff, d_other: Diff) -> bool:
+    candidates = {w[0] for p, v in d_side.items() if v is None and p in d_other
+                  and (w := _file(base, p)) is not None and w[0] != _EMPTY}
+    if not candidates:
+        return False
+    seen = Counter(v[0] for v in d_side.values() if v is not None and v[0] in candidates)
+    seen.update(w[0] for p, v in d_side.items() if v is None
+                and (w := _file(base, p)) is not None and w[0] in candidates)
+    return any(n > 2 for n in seen.values())
+
+
+_EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+"""The empty blob's id (git never renames an empty file)."""
 
 
 def _deletes(diff: Diff) -> bool:
@@ -177,7 +201,7 @@ def git_merge(trace: Trace, trees: tuple[pygit2.Tree, pygit2.Tree, pygit2.Tree],
         merged = {p: v for (p, s), v in stages.items() if s == 0}
         messages = done.stdout.decode(errors="replace").splitlines()
         if done.returncode != 0 and not any(s for _, s in stages):
-            left = _left_in_place(messages, merged, files[1])
+            left = _left_in_place(messages, merged, files[0])
             if not left:
                 raise OSError(f"git merge failed: {(done.stdout + done.stderr).decode()}")
         conflicted = sorted({p for p, s in stages if s})
@@ -200,7 +224,7 @@ def git_merge(trace: Trace, trees: tuple[pygit2.Tree, pygit2.Tree, pygit2.Tree],
 
 
 def _left_in_place(messages: list[str], merged: Mapping[str, Side],
-                   ours: Mapping[str, Side]) -> list[str]:
+                   base: Mapping[str, Side]) -> list[str]:
     """The files a directory rename git reports as a conflict but leaves no
     stage for (it leaves them where they were): those an "implicit dir rename"
     could not move onto a path in the way, and those added under a directory
@@ -211,7 +235,7 @@ def _left_in_place(messages: list[str], merged: Mapping[str, Side],
             left += [p.strip() for p in m.split("there: ", 1)[1].rstrip(".").split(", ")]
         elif m.startswith("CONFLICT (directory rename split)") and "where to rename " in m:
             folder = m.split("where to rename ", 1)[1].split(" to;", 1)[0] + "/"
-            left += [p for p in merged if p.startswith(folder) and p not in ours]
+            left += [p for p in merged if p.startswith(folder) and p not in base]
     return sorted({p for p in left if p in merged})
 
 

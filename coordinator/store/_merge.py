@@ -17,6 +17,11 @@ line merge, `_favor.settle` settles what git settles by type, mode and the
 merge driver ours' `.gitattributes` name. A favor settles file contents
 only, as git's `-X` and `merge=union` do: modify/delete, rename/delete,
 rename/rename and file/directory clashes conflict under every strategy.
+
+Two tree shapes this merge does not model, git's directory renames and two
+files renamed onto one name, are recognized from the two diffs and the whole
+merge is handed to `git merge` (`_gitmerge`, whose doc says why not ort's
+rules here); every other merge runs no such git process.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int,
         to = draw(st.sampled_from(DIRS)) + draw(st.sampled_from(ADDED + RENAMED))
         if to not in base and to not in out:
             out[to] = draw(body(first_new))
-    if folders and draw(st.integers(0, 2)) == 0:  # a new file where the other may move from
+    if folders and draw(st.integers(0, 4)) == 0:  # a new file where the other may move from
         to = draw(st.sampled_from(folders)) + "m.txt"
         if to not in base and to not in out:
             out[to] = draw(body(first_new + 1))
@@ -137,7 +137,7 @@ def moved_dir(draw: st.DrawFn, base: Files, always: bool = False) -> dict[str, s
     (one: a directory rename to git; two: a majority, or a tie, git renames no
     directory for)."""
     folders = _folders(base)
-    if not folders or (not always and draw(st.integers(0, 2)) != 0):
+    if not folders or (not always and draw(st.integers(0, 5)) != 0):
         return {}
     folder = draw(st.sampled_from(folders))
     targets = draw(st.lists(st.sampled_from(MOVED_TO), min_size=1, max_size=2, unique=True))

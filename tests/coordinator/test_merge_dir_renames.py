@@ -69,8 +69,9 @@ def test_a_directory_the_mover_still_holds_is_not_renamed():
 
 
 def test_only_these_shapes_go_to_git(tmp_path):
-    """A merge without an emptied directory that gets a file, or one path both
-    sides add while both delete, is not handed to git."""
+    """A merge without an emptied directory that gets a file, an exact rename
+    with two candidates, or one path both sides add while both delete, is not
+    handed to git."""
     repo = pygit2.init_repository(str(tmp_path), bare=True)
     blob = str(repo.create_blob(b"x\n"))
 
@@ -89,3 +90,7 @@ def test_only_these_shapes_go_to_git(tmp_path):
     assert not handed_to_git(base, moved, base, {"d/f": None, "e/f": f}, {"g": f})
     assert handed_to_git(base, base, base, {"g": None, "c": f}, {"d/f": None, "c": f})
     assert not handed_to_git(base, base, base, {"c": f}, {"d/f": None, "c": f})
+    g = (str(repo.create_blob(b"y\n")), 0o100644)
+    # d/f's content added twice where theirs edits d/f: which one git pairs is ort's
+    assert handed_to_git(base, base, base, {"d/f": None, "e/f": f, "n": f}, {"d/f": g})
+    assert not handed_to_git(base, base, base, {"d/f": None, "e/f": f}, {"d/f": g})

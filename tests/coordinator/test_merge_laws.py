@@ -104,6 +104,12 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
       "g.txt": b"\na1\n    return 1\na1\nsame1\nx1\nb1\n    return 1\n    return 1\na1\nsame1\n"},
      {"f.txt": b"}0\r\nA0\r\n}0\r\n\r\n}0\r\n}0\r\nA0\r\nx0\r\nb0\r\n\r", "d/r.txt": b""},
      {"f.txt": None, "s.txt": b"}0\r\nsame0\r\n\r\nx0\r\nx0\r\nb0\r\nA0\r\n}0\r\n\r"}),
+    # from the directory-move law: ours moves d/f.txt to e/f.txt and adds n.txt with the
+    # same content; ort pairs d/f.txt with n.txt (it walks a directory's files before
+    # its subdirectories), `git diff-tree -M` with e/f.txt: theirs' edit goes to n.txt
+    ("one file, two exact rename targets", {"d/f.txt": ("exec", b"\0")},
+     {"d/f.txt": None, "e/f.txt": ("exec", b"\0"), "n.txt": b"\0"},
+     {"d/f.txt": ("exec", b"\0x0\n")}),
 ]
 
 
