@@ -40,6 +40,9 @@ class AgentReport:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     handoffs: int = 0
+    handed_off: list[str] = field(default_factory=list)
+    """The agents (scope names) that handed their work to another: a giver ends
+    with nothing of its own, on purpose."""
     record: TeamRecord = field(default_factory=lambda: TeamRecord())
     """Fields of the pair's result set by the team (budget, messaging, supervisor)."""
 
@@ -59,6 +62,7 @@ class AgentReport:
         self.completion_tokens += other.completion_tokens
         self.blocked += other.blocked
         self.handoffs += other.handoffs
+        self.handed_off.extend(other.handed_off)
         self.notes.extend(other.notes)
         if other.error:
             self.error = (self.error + "; " if self.error else "") + other.error

@@ -190,3 +190,4 @@ async def guard_handoff(w: OracleWorker, other: OracleWorker, budget: PairBudget
     other.take(given)
     budget.transfer(w.name, other.name)
     report.handoffs += 1
+    report.handed_off.append(w.name)

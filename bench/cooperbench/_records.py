@@ -106,7 +106,11 @@ class PairResult(_Frozen):
     Corral's merge), sorted; () when it merged."""
     empty: tuple[int, ...] = ()
     """The features whose agent returned an empty patch (nothing left once test files
-    are stripped; solo: every feature of an empty solo patch): graded, and flagged."""
+    are stripped; solo: every feature of an empty solo patch): graded, and flagged. An
+    agent that handed its work off (`handed_off`) is not in it."""
+    handed_off: tuple[int, ...] = ()
+    """The features whose agent handed its work to another agent (a supervised
+    handoff): its patch is empty on purpose, the receiver's holds the work."""
     lost: tuple[LostHunkResult, ...] | None = None
     """The hunks of each agent's patch that the graded tree (the merge, or the lead's
     patch when the fallback won) lacks, by line content; for the oracle agent, the

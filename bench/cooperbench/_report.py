@@ -194,6 +194,7 @@ def _row(key: str, rs: list[PairResult]) -> dict[str, Any]:
         "passes_code_lost": sum(r.lost_code for r in counted),
         "lost_hunks_in_passes": sum(len(r.lost or ()) for r in counted if r.passed),
         "empty_patch_units": sum(bool(r.empty) for r in rs),
+        "handed_off_units": sum(bool(r.handed_off) for r in rs),
         "feature_pass_rate": round(sum(f.passed for f in feats) / len(feats), 4)
         if feats else None,
         "blocked_per_pair": round(statistics.fmean(r.blocked for r in counted), 2)
@@ -282,6 +283,8 @@ def _flags(summary: dict[str, Any]) -> list[str]:
            f"({row['lost_hunks_in_passes']} hunks absent from the graded tree)"
            for row in summary["rows"] if row.get("passes_code_lost")]
     out += [f"{row['row']}: {row['empty_patch_units']} units with an empty agent patch"
+            + (f" ({row['handed_off_units']} units with a handoff, whose giver's empty "
+               "patch is not counted)" if row.get("handed_off_units") else "")
             for row in summary["rows"] if row.get("empty_patch_units")]
     return out
 

@@ -226,6 +226,7 @@ def _apply_handoffs(sup: LLMSupervisor, seen: int, workers: Mapping[str, Worker]
             if limits.max_tokens is not None and tokens is not None:
                 limits.max_tokens += tokens
         report.handoffs += 1
+        report.handed_off.append(giver.name)
     return len(sup.actions)
 
 

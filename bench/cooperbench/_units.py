@@ -141,6 +141,8 @@ class _Run:
         ("open", "fork", "apply", "merge", "test", "test_commands", "close"), 0.0))
     report: AgentReport = field(default_factory=AgentReport)
     handoffs: int = 0
+    handed_off: tuple[int, ...] = ()
+    """The features whose agent handed its work to another (`AgentReport.handed_off`)."""
     scopes: dict[str, str] = field(default_factory=dict)
     patches: dict[str, str] = field(default_factory=dict)
     corral_diff: str | None = None
@@ -243,6 +245,8 @@ async def _work(cfg: UnitConfig, state: TaskState, group: Group, setting: Settin
     finally:
         state.policy.release(scope_names)
     run.handoffs = run.report.handoffs
+    run.handed_off = tuple(f for f, s in zip(group.ids, scopes, strict=False)  # solo: 1 scope
+                           if s.name in run.report.handed_off)
     run.timings["apply"] = time.perf_counter() - t
     for role, s in zip(names, scopes, strict=True):
         run.scopes[s.name] = s.head
@@ -327,7 +331,9 @@ def _result(cfg: UnitConfig, task: Task, group: Group, setting: Setting, merge: 
         task=task.key, group=group.ids, setting=setting, merge=merge,
         agent=agent.name, status=status, reason=reason[:2000],
         merge_status=grade.merge_status, strategy=grade.strategy, apply=grade.apply,
-        merge_step=grade.merge_step, conflicts=grade.conflicts, empty=grade.empty,
+        merge_step=grade.merge_step, conflicts=grade.conflicts,
+        empty=tuple(f for f in grade.empty if f not in run.handed_off),
+        handed_off=run.handed_off,
         lost=grade.lost,
         features=tuple(FeatureResult.model_validate(f.model_dump()) for f in grade.features),
         timings=timings, prompt_tokens=rep.prompt_tokens, cached_tokens=rep.cached_tokens,

@@ -12,10 +12,12 @@ __all__ = ["Conflict", "ConflictKind", "Hunk", "MergeResult", "Resolver", "TeamM
 
 ConflictKind = Literal[
     "content", "modify/delete", "add/add", "file/directory", "binary", "rename/rename",
-    "distinct types", "symlink", "submodule", "mode",
+    "distinct types", "symlink", "submodule", "mode", "file location",
 ]
-"""What kind of clash; the last four as git names them: a file against a
-symlink or submodule, two symlink targets, two submodule commits, two modes."""
+"""What kind of clash; the last five as git names them: a file against a
+symlink or submodule, two symlink targets, two submodule commits, two modes,
+and a file one side added (or moved) into a directory the other side renamed
+(git moved it into the new directory; `path` is where it went)."""
 
 
 

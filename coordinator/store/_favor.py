@@ -37,11 +37,12 @@ from pygit2.enums import AttrCheck, ObjectType
 
 from ..records._effects import MergeStrategy
 from ..records._errors import MergeError
+from ..records._merges import Hunk
 from ._gitdir import merge_tree, tree_bytes
 from ._gitnames import entry
 
 __all__ = ["Clash", "Driver", "Side", "TextMerge", "histogram_merge", "marker_size",
-           "merge_driver", "settle"]
+           "merge_driver", "parse_hunks", "settle"]
 
 Side = tuple[str, int]
 """(blob id, mode) of one version of a path."""
@@ -248,3 +249,42 @@ def _take_side(merged: bytes, ours: bytes, theirs: bytes, marker: int, take_ours
         elif (state == 1) == take_ours:
             side.append(line)
     return b"".join(out)
+
+
+def parse_hunks(merged: bytes, marker: int = 7) -> tuple[Hunk, ...]:
+    """Conflict regions from diff3-style marker text (markers `marker` long),
+    with our line numbers."""
+    start_, base_, mid_, end_ = ("<" * marker, "|" * marker, "=" * marker, ">" * marker)
+    hunks: list[Hunk] = []
+    ours_line = 1
+    state = "text"
+    ours: list[str] = []
+    base: list[str] = []
+    theirs: list[str] = []
+    start = 1
+    for raw in merged.decode("utf-8", "replace").splitlines():
+        if state == "text":
+            if raw.startswith(start_):
+                state, start, ours, base, theirs = "ours", ours_line, [], [], []
+            else:
+                ours_line += 1
+        elif state == "ours":
+            if raw.startswith(base_):
+                state = "base"
+            elif raw.startswith(mid_):
+                state = "theirs"
+            else:
+                ours.append(raw)
+        elif state == "base":
+            if raw.startswith(mid_):
+                state = "theirs"
+            else:
+                base.append(raw)
+        elif state == "theirs":
+            if raw.startswith(end_):
+                hunks.append(Hunk(start, tuple(ours), tuple(base), tuple(theirs)))
+                ours_line += len(ours)
+                state = "text"
+            else:
+                theirs.append(raw)
+    return tuple(hunks)

@@ -17,6 +17,11 @@ line merge, `_favor.settle` settles what git settles by type, mode and the
 merge driver ours' `.gitattributes` name. A favor settles file contents
 only, as git's `-X` and `merge=union` do: modify/delete, rename/delete,
 rename/rename and file/directory clashes conflict under every strategy.
+
+Two tree shapes this merge does not model, git's directory renames and two
+files renamed onto one name, are recognized from the two diffs and the whole
+merge is handed to `git merge` (`_gitmerge`, whose doc says why not ort's
+rules here); every other merge runs no such git process.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import pygit2
 
 from ..records._effects import MergeStrategy
+from ..records._errors import MergeError
 from ..records._merges import Conflict, ConflictKind, Hunk, MergeResult, Resolver
 from . import _pygit2
 from ._favor import (
@@ -33,15 +39,17 @@ from ._favor import (
     histogram_merge,
     marker_size,
     merge_driver,
+    parse_hunks,
     settle,
 )
 from ._gitdir import git_renames
+from ._gitmerge import git_merge, handed_to_git
 from ._gitnames import entry
 from ._pygit2 import FileMerge
 from ._trace import Trace
 
 __all__ = ["Conflict", "Hunk", "MergeResult", "Resolver", "merge_file", "merge_texts",
-           "three_way"]
+           "parse_hunks", "three_way"]
 
 def merge_file(
     repo: pygit2.Repository,
@@ -105,45 +113,6 @@ def merge_texts(ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     return merged.contents if merged.automergeable else None
 
 
-def parse_hunks(merged: bytes, marker: int = 7) -> tuple[Hunk, ...]:
-    """Conflict regions from diff3-style marker text (markers `marker` long),
-    with our line numbers."""
-    start_, base_, mid_, end_ = ("<" * marker, "|" * marker, "=" * marker, ">" * marker)
-    hunks: list[Hunk] = []
-    ours_line = 1
-    state = "text"
-    ours: list[str] = []
-    base: list[str] = []
-    theirs: list[str] = []
-    start = 1
-    for raw in merged.decode("utf-8", "replace").splitlines():
-        if state == "text":
-            if raw.startswith(start_):
-                state, start, ours, base, theirs = "ours", ours_line, [], [], []
-            else:
-                ours_line += 1
-        elif state == "ours":
-            if raw.startswith(base_):
-                state = "base"
-            elif raw.startswith(mid_):
-                state = "theirs"
-            else:
-                ours.append(raw)
-        elif state == "base":
-            if raw.startswith(mid_):
-                state = "theirs"
-            else:
-                base.append(raw)
-        elif state == "theirs":
-            if raw.startswith(end_):
-                hunks.append(Hunk(start, tuple(ours), tuple(base), tuple(theirs)))
-                ours_line += len(ours)
-                state = "text"
-            else:
-                theirs.append(raw)
-    return tuple(hunks)
-
-
 def three_way(
     trace: Trace,
     base_commit: str,
@@ -164,9 +133,13 @@ def three_way(
     conflict guard's per-write check). Nothing is written but blobs and trees.
     """
     merge = _ThreeWay(trace, base_commit, ours_commit, theirs_commit, strategy, provenance, only)
-    merge.renames()
-    merge.paths()
-    merge.favored_texts()
+    if only is None and handed_to_git(merge.base_t, merge.ours_t, trace.tree(merge.theirs_tree),
+                                      merge.d_ours, merge.d_theirs):
+        merge.by_git()
+    else:
+        merge.renames()
+        merge.paths()
+        merge.favored_texts()
     if resolver is not None:
         merge.resolve(resolver)
     return merge.result()
@@ -268,6 +241,20 @@ class _ThreeWay:
                     zip(todo, results, strict=True)):
                 data = marked[i][0] if conflicted else data
                 self.merged_text(out, how, anc, o, t, at, data, conflicted, marker)
+
+    def by_git(self) -> None:
+        """The whole merge done by `git merge` (`_gitmerge`: directory renames,
+        two renames onto one name)."""
+        trees = (self.base_t, self.ours_t, self.trace.tree(self.theirs_tree))
+        try:
+            done = git_merge(self.trace, trees, self.ours_commit,
+                             self.d_ours.keys() | self.d_theirs.keys(), self.strategy)
+        except OSError as e:
+            raise MergeError(f"git merge failed: {e}", cause=e) from e
+        self.changes = done.changes
+        for c in done.conflicts:
+            at = (c.came_from or c.path, c.path) if c.ours else (c.path, c.came_from or c.path)
+            self.conflict(c.path, c.kind, c.ancestor, c.ours, c.theirs, at, c.hunks)
 
     def renames(self) -> None:
         """A file one side renamed and the other edited in place: the edit

@@ -53,6 +53,9 @@ def test_the_guard_blocks_and_the_oracle_hands_off(mini_run: dict) -> None:  # t
     sup = mini_run["textkit", 3, 4, "supervised", "plain"]
     assert (coop.merge_status, coop.status) == ("conflicts", "failed")
     assert (sup.blocked, sup.handoffs, sup.merge_status, sup.status) == (1, 1, "clean", "passed")
+    # the giver ends with an empty patch on purpose: recorded as a handoff, not as empty
+    assert len(sup.handed_off) == 1 and sup.handed_off[0] in (3, 4) and sup.empty == ()
+    assert coop.handed_off == ()
     assert mini_run["textkit", 3, 4, "solo", "-"].status == "passed"
 
 

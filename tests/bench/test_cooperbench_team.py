@@ -55,6 +55,7 @@ def test_llm_supervisor_handoff_changes_the_outcome(server: ScriptedModelServer,
                         supervisor_base_url=server.base_url, **common))
     assert steered.status == "passed", steered.reason
     assert steered.handoffs == 1 and steered.blocked == 1 and steered.merge_status == "clean"
+    assert len(steered.handed_off) == 1 and steered.handed_off[0] not in steered.empty
     assert any(re.match(r"handoff \S*agent[12] ", a) for a in steered.supervisor_actions)
     assert steered.supervisor == "llm:anthropic/handoff" and steered.supervisor_tokens > 0
     assert idle.status == "failed" and idle.handoffs == 0 and idle.blocked == 1

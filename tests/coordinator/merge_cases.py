@@ -6,15 +6,17 @@ few distinct lines each, so that the diffs have many equally good alignments (wh
 Myers and histogram choose differently): LF or CRLF line ends, sometimes no final
 newline, sometimes binary (a NUL); executable bits; edits that insert, delete and
 replace lines; deletions; renames (in the same directory, with or without an edit,
-on one side or both, onto a name the other side adds or not); new files on one side
-or on both at one path (add/add).
+on one side or both, onto a name the other side adds or not, two files onto one
+name: git's rename/rename 2to1); a whole directory (nested ones too) moved to one
+new directory or split over two (git's directory renames, its majority rule and
+ties), while the other side edits its files, adds files under it or moves
+files into it; new files on one side or on both at one path (add/add).
 
 Each file draws its lines from its own set (`a3`, `}3`, ...), so two different files
 are never alike to git's or libgit2's rename detection, which score similarity
 differently; a renamed file keeps most of its lines, so both find the rename. Left
-out, as known gaps of Corral's merge (docs/scopes.md): two different files renamed
-onto one name (git's rename/rename 2to1), directory renames, and similarity near
-git's 50 % threshold.
+out, as a known gap of Corral's merge (docs/scopes.md): similarity near git's 50 %
+threshold.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ Entry = bytes | tuple[str, bytes] | None
 """A file's content (mode 100644), ("exec", content), or None for no file."""
 Files = dict[str, Entry]
 
-DIRS = ("", "d/")
+DIRS = ("", "d/", "d/s/")
+MOVED_TO = ("e/", "d/t/")
+"""Where a moved directory goes (`d/t/` inside `d/`: `d/` is not left)."""
 NAMES = ("f.txt", "g.txt")
 RENAMED = ("r.txt", "s.txt")
 ADDED = ("n.txt",)
@@ -84,16 +88,15 @@ def _content(entry: Entry) -> bytes:
 
 @st.composite
 def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int,
-         other: Files | None = None) -> Files:
-    """One side's changes to `base` (`other`: the other side's, whose rename
-    targets this side renames no other file onto)."""
+         move: bool = False) -> Files:
+    """One side's changes to `base` (`move`: moving a directory, when it has one)."""
     out: Files = {}
-    theirs_moves = _moves(base, other or {})
+    moved = draw(moved_dir(base, always=move))
     for path, entry in base.items():
         k = sets[path]
         data = _content(entry)
-        action = draw(st.sampled_from(["keep", "keep", "edit", "edit", "edit", "delete",
-                                       "rename", "rename+edit", "exec"]))
+        action = "move" if path in moved else draw(st.sampled_from(
+            ["keep", "keep", "edit", "edit", "edit", "delete", "rename", "rename+edit", "exec"]))
         if action == "edit":
             new = draw(edited(data, k))
             out[path] = new if isinstance(entry, bytes) else (entry[0], new)
@@ -101,43 +104,107 @@ def side(draw: st.DrawFn, base: Files, sets: dict[str, int], first_new: int,
             out[path] = None
         elif action == "exec":
             out[path] = ("exec", data) if isinstance(entry, bytes) else data
-        elif action.startswith("rename") and len(data.splitlines()) >= 8:
+        elif action == "move" or (action.startswith("rename") and len(data.splitlines()) >= 8):
             folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-            to = folder + draw(st.sampled_from(RENAMED))
-            if to in base or to in out or theirs_moves.get(to, path) != path:
-                continue  # two files renamed onto one name: a known gap
-            new = draw(edited(data, k, most=1)) if action == "rename+edit" else data
+            to = moved.get(path) or folder + draw(st.sampled_from(RENAMED))
+            if to in base or to in out:
+                continue
+            new = draw(edited(data, k, most=1)) if action == "rename+edit" or (
+                action == "move" and len(data.splitlines()) >= 8 and draw(st.booleans())) \
+                else data
             out[path], out[to] = None, new if isinstance(entry, bytes) else (entry[0], new)
+    folders = _folders(base)
     if draw(st.integers(0, 3)) == 0:
         to = draw(st.sampled_from(DIRS)) + draw(st.sampled_from(ADDED + RENAMED))
         if to not in base and to not in out:
             out[to] = draw(body(first_new))
+    if folders and draw(st.integers(0, 4)) == 0:  # a new file where the other may move from
+        to = draw(st.sampled_from(folders)) + "m.txt"
+        if to not in base and to not in out:
+            out[to] = draw(body(first_new + 1))
     return out
 
 
-def _moves(base: Files, changes: Files) -> dict[str, str]:
-    """target -> source of the renames `changes` make (content kept or edited:
-    a target whose source is the deleted file of the same file set)."""
-    gone = [p for p, v in changes.items() if v is None and p in base]
-    added = [p for p, v in changes.items() if v is not None and p not in base]
-    return {to: src for to in added for src in gone
-            if src.rsplit("/", 1)[0] == to.rsplit("/", 1)[0] or "/" not in src + to}
+def _folders(base: Files) -> list[str]:
+    """Every directory of `base` but the root ("d/", "d/s/")."""
+    return sorted({p[:i + 1] for p in base for i, c in enumerate(p) if c == "/"})
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[Files, Files, Files]:
-    """(base, ours' changes, theirs' changes)."""
+def moved_dir(draw: st.DrawFn, base: Files, always: bool = False) -> dict[str, str]:
+    """Sometimes (`always`: always), old path -> new path for every file under
+    one directory of `base`, each moved to one of one or two new directories
+    (one: a directory rename to git; two: a majority, or a tie, git renames no
+    directory for)."""
+    folders = _folders(base)
+    if not folders or (not always and draw(st.integers(0, 5)) != 0):
+        return {}
+    folder = draw(st.sampled_from(folders))
+    targets = draw(st.lists(st.sampled_from(MOVED_TO), min_size=1, max_size=2, unique=True))
+    return {p: draw(st.sampled_from(targets)) + p[len(folder):]
+            for p in sorted(base) if p.startswith(folder)}
+
+
+@st.composite
+def cases(draw: st.DrawFn, moves: bool = False) -> tuple[Files, Files, Files]:
+    """(base, ours' changes, theirs' changes). `moves`: the shapes of git's
+    directory renames and rename/rename(2to1) every time (one side moves a
+    directory while the other adds, edits or moves files in it; two different
+    files renamed onto one name), sides swapped at random."""
     paths = [d + n for d in DIRS for n in NAMES]
-    chosen = draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3, unique=True))
+    first = [draw(st.sampled_from([p for p in paths if "/" in p]))] if moves else []
+    chosen = first + draw(st.lists(st.sampled_from([p for p in paths if p not in first]),
+                                   min_size=1 - len(first), max_size=4 - len(first),
+                                   unique=True))
     sets = {p: i for i, p in enumerate(chosen)}
     base: Files = {}
     for p in chosen:
         data = draw(body(sets[p], min_lines=draw(st.sampled_from([0, 8]))))
         base[p] = ("exec", data) if draw(st.integers(0, 7)) == 0 else data
-    ours = draw(side(base, sets, 10))
-    theirs = draw(side(base, sets, 20, ours))
+    ours = draw(side(base, sets, 10, move=moves))
+    theirs = draw(side(base, sets, 20))
+    if moves:
+        theirs = draw(_into_moved(base, ours, theirs))
+        if len(base) > 1 and draw(st.booleans()):
+            draw(_two_onto_one(base, ours, theirs))
+        if draw(st.booleans()):
+            ours, theirs = theirs, ours
     if draw(st.integers(0, 4)) == 0:  # both add one path (add/add)
         to = draw(st.sampled_from(DIRS)) + "both.txt"
         ours[to] = draw(body(30))
         theirs[to] = draw(st.sampled_from([ours[to], draw(edited(_content(ours[to]), 30))]))
     return base, ours, theirs
+
+
+@st.composite
+def _into_moved(draw: st.DrawFn, base: Files, mover: Files, other: Files) -> Files:
+    """`other` with a file added in a directory `mover` moved, or one of its
+    files moved there (maybe neither: edits in place only)."""
+    left = sorted({p.rsplit("/", 1)[0] + "/" for p, v in mover.items()
+                   if v is None and "/" in p})
+    how = draw(st.sampled_from(["add", "add", "move in", "none"]))
+    if not left or how == "none":
+        return other
+    to = draw(st.sampled_from(left)) + draw(st.sampled_from((*ADDED, "m.txt")))
+    if to in base or to in other:
+        return other
+    sources = [p for p in base if p not in other and len(_content(base[p]).splitlines()) >= 8]
+    if how == "move in" and sources:
+        source = draw(st.sampled_from(sources))
+        return {**other, source: None, to: base[source]}
+    return {**other, to: draw(body(40))}
+
+
+@st.composite
+def _two_onto_one(draw: st.DrawFn, base: Files, ours: Files, theirs: Files) -> None:
+    """Ours renames one base file and theirs another onto one new name
+    (git's rename/rename 2to1), each maybe with an edit."""
+    one, two = draw(st.permutations(sorted(base)))[:2]
+    to = draw(st.sampled_from(DIRS)) + "c.txt"
+    for changes, source in ((ours, one), (theirs, two)):
+        data = _content(base[source])
+        if to in base or not data:
+            return
+        new = draw(edited(data, 50, most=1)) if len(data.splitlines()) >= 8 and \
+            draw(st.booleans()) else data
+        changes[source], changes[to] = None, new

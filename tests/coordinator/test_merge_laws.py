@@ -9,8 +9,11 @@ plain, with `* merge=union` in `.git/info/attributes`, and with `-X ours` /
 (under -X too: modify/delete, rename/delete, rename/rename, binary under union),
 Corral conflicts at the same paths (`test_merge_favors.assert_as_git`).
 
-The suite runs a few hundred cases per strategy (slow); the fast law ten.
-`CORRAL_MERGE_EXAMPLES=1000` runs the slow law with that many per strategy:
+A second slow law runs only the shapes git's directory renames and rename/rename(2to1)
+make (`cases(moves=True)`), which `three_way` hands to `git merge` itself.
+
+The suite runs a few hundred cases per strategy (slow), 50 of the moves; the fast law
+ten. `CORRAL_MERGE_EXAMPLES=1000` runs each slow law with that many per strategy:
 
     CORRAL_MERGE_EXAMPLES=1000 python -m pytest -m slow tests/coordinator/test_merge_laws.py
 
@@ -29,6 +32,7 @@ from tests.coordinator.test_merge_favors import assert_as_git
 
 ALL = ["fail", "union", "ours", "theirs"]
 EXAMPLES = int(os.environ.get("CORRAL_MERGE_EXAMPLES", "300"))
+MOVES_EXAMPLES = int(os.environ.get("CORRAL_MERGE_EXAMPLES", "50"))
 
 
 @pytest.mark.slow  # ~60 ms a case (a git checkout and merge each): ~20 s per strategy
@@ -36,6 +40,17 @@ EXAMPLES = int(os.environ.get("CORRAL_MERGE_EXAMPLES", "300"))
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=cases())
 def test_every_strategy_merges_as_git_merge(strategy: str, case: tuple[Files, Files, Files]):
+    assert_as_git(strategy, *case)
+
+
+@pytest.mark.slow  # one more git merge a case (in a scratch work tree): ~10 s per strategy
+@pytest.mark.parametrize("strategy", ALL)
+@settings(max_examples=MOVES_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cases(moves=True))
+def test_directory_renames_and_two_renames_onto_one_merge_as_git_merge(
+        strategy: str, case: tuple[Files, Files, Files]):
+    """Every case has a side moving a directory while the other adds, edits or
+    moves files in it, and half of them two files renamed onto one name."""
     assert_as_git(strategy, *case)
 
 
@@ -89,6 +104,12 @@ FOUND: list[tuple[str, Files, Files, Files]] = [
       "g.txt": b"\na1\n    return 1\na1\nsame1\nx1\nb1\n    return 1\n    return 1\na1\nsame1\n"},
      {"f.txt": b"}0\r\nA0\r\n}0\r\n\r\n}0\r\n}0\r\nA0\r\nx0\r\nb0\r\n\r", "d/r.txt": b""},
      {"f.txt": None, "s.txt": b"}0\r\nsame0\r\n\r\nx0\r\nx0\r\nb0\r\nA0\r\n}0\r\n\r"}),
+    # from the directory-move law: ours moves d/f.txt to e/f.txt and adds n.txt with the
+    # same content; ort pairs d/f.txt with n.txt (it walks a directory's files before
+    # its subdirectories), `git diff-tree -M` with e/f.txt: theirs' edit goes to n.txt
+    ("one file, two exact rename targets", {"d/f.txt": ("exec", b"\0")},
+     {"d/f.txt": None, "e/f.txt": ("exec", b"\0"), "n.txt": b"\0"},
+     {"d/f.txt": ("exec", b"\0x0\n")}),
 ]
 
 
