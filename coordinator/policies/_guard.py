@@ -10,10 +10,16 @@ committed `.gitattributes` name, as the merge will (`merge=union`: text never
 conflicts; `-merge`/`binary`: a file both changed does). A write whose hunks would conflict is
 blocked (or deferred) with a reason that names the file, the lines and the
 scope (and effect) that own them. Explicit claims reserve paths or line ranges.
+
+Checks of writes run one at a time, and a write the guard allowed counts as its
+scope's version of the file until its effect lands (or is blocked by a later
+policy): so two siblings' concurrent writes to one file are not both checked
+against heads that hold neither. One guard serves one coordinator.
 """
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +38,7 @@ from ..records._effects import (
 from ..store._favor import merge_driver
 from ..store._merge import merge_file, parse_hunks
 from ..store._reads import file_at
-from ._chain import View
+from ._chain import ScopeInfo, View
 
 if TYPE_CHECKING:
     from ..store._trace import Trace
@@ -40,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["Claim", "ConflictGuard"]
 
 Owner = Callable[["Trace", "str | None", str, str], str]
+InFlight = dict[str, tuple[str, FileChange]]
+"""A scope's approved writes not yet landed: path -> (effect id, change)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +59,15 @@ class Claim:
     lines: tuple[int, int] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Approved:
+    """A write the guard allowed: live while its effect is pending."""
+
+    trace: Trace
+    scope: str
+    changes: tuple[FileChange, ...]
+
+
 class ConflictGuard:
     """Policy: block (or defer) writes that would conflict with a sibling's work."""
 
@@ -59,6 +76,9 @@ class ConflictGuard:
     def __init__(self, mode: Literal["block", "defer"] = "block") -> None:
         self.mode = mode
         self.claims: list[Claim] = []
+        self._lock = asyncio.Lock()
+        self._approved: dict[str, _Approved] = {}
+        """By effect id: the writes this guard allowed whose effect may not have landed."""
 
     def claim(self, scope: str, path: str, lines: tuple[int, int] | None = None) -> Claim:
         c = Claim(scope, path, lines)
@@ -74,6 +94,33 @@ class ConflictGuard:
         changes = _writes(intent)
         if not changes:
             return None
+        # One check at a time: a check awaits (git work), and one that ran meanwhile
+        # must see this write's approval. A deferral waits outside, in the effect path.
+        async with self._lock:
+            decision = await self._check_write(changes, view)
+            if decision is None:
+                self._approved[view.effect.id] = _Approved(view.trace, view.scope,
+                                                           tuple(changes))
+            return decision
+
+    def _in_flight(self, view: View) -> dict[str, InFlight]:
+        """By scope, the writes this guard allowed whose effect is still pending (an
+        effect pops from the pending ones once committed or blocked); forgets the rest."""
+        if not self._approved:
+            return {}
+        live = {e.id for e in view.pending()}
+        found: dict[str, InFlight] = {}
+        for effect, approved in list(self._approved.items()):
+            if approved.trace is not view.trace:
+                continue  # another coordinator's
+            if effect not in live:
+                del self._approved[effect]
+            elif approved.scope != view.scope:
+                found.setdefault(approved.scope, {}).update(
+                    (c.path, (effect, c)) for c in approved.changes)
+        return found
+
+    async def _check_write(self, changes: list[FileChange], view: View) -> Decision | None:
         for change in changes:
             for c in self.claims:
                 if c.scope != view.scope and c.path == change.path:
@@ -82,23 +129,31 @@ class ConflictGuard:
                         return self._stop(f"{where}{change.path} are claimed by {c.scope}",
                                           c.scope)
         paths = {c.path for c in changes}
-        # Only siblings that touched a written path need a merge: the scopes keep
-        # their touched paths as they go, so this filter costs no git work.
-        suspects = [s for s in view.siblings()
-                    if s.touched is None or not s.touched.isdisjoint(paths)]
+        # Heads and approved writes in flight read in one step (no await between):
+        # a write landing meanwhile is then in its head or in flight, never neither.
+        flying = self._in_flight(view)
+
+        def suspect(s: ScopeInfo) -> bool:
+            # Only scopes that touched a written path need a merge: they keep their
+            # touched paths as they go, so this filter costs no git work.
+            return (s.touched is None or not s.touched.isdisjoint(paths)
+                    or not paths.isdisjoint(flying.get(s.name, ())))
+
+        suspects = [s for s in view.siblings() if suspect(s)]
         me = view.head(view.scope)
+        root = next((s for s in view.scopes() if s.name == "root"), None)
         if suspects:
-            touched = [(s.name, s.head, await view.touched(s)) for s in suspects]
+            touched = [(s.name, s.head, await view.touched(s), flying.get(s.name, {}))
+                       for s in suspects]
             found = await view.io(_check, view.trace, me, touched, changes)
             if found:
                 return self._stop(*found)
-        root = next((s for s in view.scopes() if s.name == "root"), None)
-        if root is None or view.scope == "root" or not (
-                root.touched is None or not root.touched.isdisjoint(paths)):
+        if root is None or view.scope == "root" or not suspect(root):
             return None
         # Root's head holds what merged (from scopes live or gone): nothing to wait
         # for there, so a conflict with it blocks whatever the mode.
-        reason = await view.io(_check_root, view.trace, me, root.head, changes)
+        reason = await view.io(_check_root, view.trace, me, root.head, changes,
+                               flying.get("root", {}))
         return Decision(verdict="block", reason=reason) if reason else None
 
     def _stop(self, reason: str, owner: str) -> Decision:
@@ -152,25 +207,28 @@ async def _pad_write(intent: TeamWrite, view: View) -> Decision | None:
 def _check(
     trace: Trace,
     me: str,
-    siblings: list[tuple[str, str, frozenset[str]]],
+    siblings: list[tuple[str, str, frozenset[str], InFlight]],
     changes: list[FileChange],
 ) -> tuple[str, str] | None:
-    """The first (reason, owner) conflict of `changes` with a sibling (name,
-    head, paths it touched)."""
-    for name, head, touched in siblings:
+    """The first (reason, owner) conflict of `changes` with a sibling (name, head,
+    paths it touched, its approved writes in flight)."""
+    for name, head, touched, flying in siblings:
         for change in changes:
-            if change.path in touched:
-                reason = _conflict(trace, me, head, name, change)
+            if change.path in touched or change.path in flying:
+                reason = _conflict(trace, me, head, name, change,
+                                   flying=flying.get(change.path))
                 if reason:
                     return reason, name
     return None
 
 
-def _check_root(trace: Trace, me: str, root_head: str, changes: list[FileChange]) -> str:
+def _check_root(trace: Trace, me: str, root_head: str, changes: list[FileChange],
+                flying: InFlight) -> str:
     """Why `changes` would conflict with root's head (work merged into it, or
-    root's own), or ''."""
+    root's own) or with root's approved writes in flight, or ''."""
     for change in changes:
-        reason = _conflict(trace, me, root_head, "root", change, owner=_merged_who)
+        reason = _conflict(trace, me, root_head, "root", change, owner=_merged_who,
+                           flying=flying.get(change.path))
         if reason:
             return reason
     return ""
@@ -190,18 +248,22 @@ def _writes(intent: Intent) -> list[FileChange]:
 
 
 def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
-              change: FileChange, *, owner: Owner | None = None) -> str:
+              change: FileChange, *, owner: Owner | None = None,
+              flying: tuple[str, FileChange] | None = None) -> str:
     """Why writing `change` would conflict with scope `theirs`, or ''. `owner`
     names who wrote the lines (default `_who`) from (trace, writer commit,
-    theirs, their head)."""
+    theirs, their head). `flying`: their approved write of the path not landed yet
+    (effect id, change), their version of it instead of their head's."""
     base = trace.merge_base(ours_head, theirs_head)
     if base is None:
         return ""
     path = change.path
     base_t = trace.tree_of(base)
-    theirs_t = trace.tree_of(theirs_head)
-
-    anc, t = file_at(base_t, path), file_at(theirs_t, path)
+    anc = file_at(base_t, path)
+    if flying is None:
+        t = file_at(trace.tree_of(theirs_head), path)
+    else:
+        t = (flying[1].blob, flying[1].mode) if flying[1].blob else None
     if t == anc:
         return ""  # they have not touched this file
     o = (change.blob, change.mode) if change.blob else None
@@ -209,6 +271,8 @@ def _conflict(trace: Trace, ours_head: str, theirs_head: str, theirs: str,
         return ""
 
     def who() -> str:  # only a conflict's reason names it (a history walk and a read)
+        if flying is not None:
+            return f"scope {theirs} (effect {flying[0]}, not committed yet)"
         writer = trace.last_writer(theirs_head, base, path)
         if owner is not None:
             return owner(trace, writer, theirs, theirs_head)

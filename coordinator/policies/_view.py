@@ -36,8 +36,8 @@ class ScopeInfo:
     fork_point: str
     backend: str
     touched: frozenset[str] | None = None
-    """Paths changed on its branch since its fork point, when known without git
-    work (a superset: a path changed back stays in); `View.touched` always knows."""
+    """Paths changed on its line since it left root's history (`View.touched`), when
+    known without git work (a superset: a path changed back stays in)."""
 
 
 class _LiveScope(Protocol):
@@ -128,16 +128,28 @@ class View:
         return list(self._rt.pending.values())
 
     async def touched(self, scope: str | ScopeInfo) -> frozenset[str]:
-        """The paths a scope changed since its fork point (give its name, or a
-        `ScopeInfo` for the scope as it was then): known to the scope as it
-        goes, else from its trees (git work on a thread, remembered while its
-        head stays). Raises UnknownScope for a name that is not live."""
+        """The paths a scope changed since its line left root's history (give its
+        name, or a `ScopeInfo` for the scope as it was then): from the merge base of
+        its fork point and root's head, so a fork of a fork, and a team forked from a
+        cut (`fork_team`), count the work their parents did before the fork: the
+        team's common base, not the fork's own fork point, which would hide a
+        teammate's work from before the cut from the conflict guard. Known to the
+        scope as it goes, else from its trees (git work on a thread, remembered while
+        its head stays). Raises UnknownScope for a name that is not live."""
         info = self._rt.scopes.scope(scope).info() if isinstance(scope, str) else scope
         if info.touched is not None:
             return info.touched
         trace = self._rt.trace
-        paths = frozenset(await self._rt.io(
-            lambda: trace.diff_trees(trace.tree_id(info.fork_point), trace.tree_id(info.head))))
+        root = self._rt.scopes.get("root")
+        root_head = root.head if root is not None and info.name != "root" else None
+
+        def measure() -> list[str]:
+            base = info.fork_point
+            if root_head is not None:
+                base = trace.merge_base(info.fork_point, root_head) or base
+            return list(trace.diff_trees(trace.tree_id(base), trace.tree_id(info.head)))
+
+        paths = frozenset(await self._rt.io(measure))
         live = self._rt.scopes.get(info.name)
         if live is not None and not live.discarded:
             live.remember_touched(info.head, paths)

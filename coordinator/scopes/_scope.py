@@ -89,7 +89,10 @@ class Scope:
         self.inbox: list[Message] = []
         self.effect_path = EffectPath(
             runtime, name, head, seq,
-            touched=frozenset() if head == fork_point else None,
+            # A fork of root at its fork point has changed nothing; any other fork
+            # carries its parent's work (a team forked from a cut too): unknown until
+            # measured from where its line left root (`View.touched`).
+            touched=frozenset() if head == fork_point and parent in (None, "root") else None,
             check_live=self._check_live,
             restore=self._restore,
         )
@@ -127,8 +130,10 @@ class Scope:
 
     @property
     def touched(self) -> frozenset[str] | None:
-        """Paths changed on this branch since its fork point (a superset: a path
-        changed back stays in), kept by the effect path; None when unknown."""
+        """Paths changed on this line since it left root's history (since the fork
+        point, for a fork of root; for a fork of a fork or a team forked from a cut,
+        its parent's work before the fork too): a superset (a path changed back stays
+        in), kept by the effect path; None when unknown (`View.touched` measures it)."""
         return self.effect_path.touched
 
     def remember_touched(self, head: str, paths: frozenset[str]) -> None:

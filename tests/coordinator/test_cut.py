@@ -257,3 +257,30 @@ async def test_the_team_routes_cut_fork_and_rewind_over_http(tmp_path: Path):
         paths = (await c.request("GET", "/openapi.json"))["paths"]
         assert {"/v1/cuts", "/v1/cuts/{cut}", "/v1/cuts/{cut}/fork",
                 "/v1/cuts/{cut}/rewind"} <= set(paths)
+
+
+async def test_guard_sees_a_teammates_work_from_before_the_cut(tmp_path: Path):
+    """A team forked from a cut: `a` changed a line before the cut, so `retry-a` carries
+    that change from its fork point on. `retry-b` rewriting the same line conflicts
+    with it when they merge, and the conflict guard blocks it, naming `retry-a`: a
+    scope's touched paths are measured from where its line left root, not from its
+    own fork point (which would leave `retry-a` with no paths and skip it). A fork of
+    `retry-a` carries the change the same way."""
+    from coordinator import ConflictGuard
+
+    repo = make_repo(tmp_path / "repo", {"app.py": "x = 0\n\n\n\ny = 0\n"})
+    async with Coordinator.open(tmp_path / "s", repo, backend="copy",
+                                policies=[ConflictGuard()]) as coord:
+        a, b = await coord.root.fork("a"), await coord.root.fork("b")
+        assert (await a.write("app.py", b"x = 1\n\n\n\ny = 0\n")).ok
+        await coord.cut([a, b], name="k")
+        ra, rb = await coord.fork_team("k", "retry-")
+        await a.discard()
+        await b.discard()  # only the forked team is left
+        r = await rb.write("app.py", b"x = 2\n\n\n\ny = 0\n")
+        assert r.blocked and "retry-a" in r.reason, r.reason
+        assert (await rb.write("app.py", b"x = 0\n\n\n\ny = 2\n")).ok  # a's line left alone
+        await ra.fork("retry-a.child")
+        await ra.discard()
+        r = await rb.write("app.py", b"x = 3\n\n\n\ny = 2\n")
+        assert r.blocked and "retry-a.child" in r.reason, r.reason
