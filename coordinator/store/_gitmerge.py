@@ -42,7 +42,7 @@ from ._gitdir import GitDir, tree_bytes
 from ._gitnames import entry
 from ._trace import Trace
 
-__all__ = ["GitConflict", "GitMerge", "git_merge", "handed_to_git"]
+__all__ = ["EMPTY_BLOB", "GitConflict", "GitMerge", "git_merge", "handed_to_git"]
 
 Diff = Mapping[str, Side | None]
 _TREE = 0o040000
@@ -72,7 +72,7 @@ def handed_to_git(base: pygit2.Tree, ours: pygit2.Tree, theirs: pygit2.Tree,
 
 def _ambiguous_exact_rename(base: pygit2.Tree, d_side: Diff, d_other: Diff) -> bool:
     candidates = {w[0] for p, v in d_side.items() if v is None and p in d_other
-                  and (w := _file(base, p)) is not None and w[0] != _EMPTY}
+                  and (w := _file(base, p)) is not None and w[0] != EMPTY_BLOB}
     if not candidates:
         return False
     seen = Counter(v[0] for v in d_side.values() if v is not None and v[0] in candidates)
@@ -81,7 +81,7 @@ def _ambiguous_exact_rename(base: pygit2.Tree, d_side: Diff, d_other: Diff) -> b
     return any(n > 2 for n in seen.values())
 
 
-_EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 """The empty blob's id (git never renames an empty file)."""
 
 

@@ -43,7 +43,7 @@ from ._favor import (
     settle,
 )
 from ._gitdir import git_renames
-from ._gitmerge import git_merge, handed_to_git
+from ._gitmerge import EMPTY_BLOB, git_merge, handed_to_git
 from ._gitnames import entry
 from ._pygit2 import FileMerge
 from ._trace import Trace
@@ -429,17 +429,13 @@ def _renames(
     base = trace.tree(base_tree)
     gone: dict[str, tuple[str, int] | None] = {}
     for p, v in d_side.items():
-        if v is None and (was := _side(base, p)) is not None and was[0] != _EMPTY:
+        if v is None and (was := _side(base, p)) is not None and was[0] != EMPTY_BLOB:
             gone[p] = was
     added = {p: v for p, v in d_side.items()
-             if v is not None and v[0] != _EMPTY and _side(base, p) is None}
+             if v is not None and v[0] != EMPTY_BLOB and _side(base, p) is None}
     pairs = git_renames({p: trace.blob(v[0]) for p, v in gone.items() if v},
                         {p: trace.blob(v[0]) for p, v in added.items()})
     return {old: new for old, new in pairs if old in candidates}
-
-
-_EMPTY = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-"""The empty blob's id."""
 
 
 def _blocked_by_file_or_dir(ours: pygit2.Tree, path: str) -> bool:
